@@ -1,1 +1,12 @@
+//! gpu-reaper: a Kubernetes operator that reclaims idle GPUs and gates large GPU claims
+//! behind readiness attestations. See `docs/architecture.md` for the rooms and data flow.
+
 pub mod api;
+pub mod cli;
+pub mod engine;
+pub mod error;
+pub mod logging;
+pub mod report;
+pub mod telemetry;
+
+pub use error::{Error, Result};

@@ -1,1 +1,22 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpu_reaper::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    gpu_reaper::logging::init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Crd => gpu_reaper::api::crds_yaml()
+            .map(|y| print!("{y}"))
+            .map_err(gpu_reaper::Error::from),
+        Command::Backtest(args) => gpu_reaper::report::backtest::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

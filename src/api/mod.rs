@@ -1,1 +1,38 @@
+//! The API gpu-reaper serves: the `GpuPolicy` and `ReadinessAttestation` custom resources,
+//! the annotation and label names it reads and writes on workloads, and status conditions.
+//!
+//! Doc comments on these types are the user documentation: they become the `description`
+//! fields of the generated CRDs (`gpu-reaper crd`). This room holds data shapes and pure
+//! helpers over them only; nothing here does IO.
 
+pub mod attestation;
+pub mod conditions;
+pub mod keys;
+pub mod policy;
+pub mod validate;
+
+pub use attestation::{ReadinessAttestation, ReadinessAttestationSpec, ReadinessAttestationStatus};
+pub use policy::{GpuPolicy, GpuPolicySpec, GpuPolicyStatus};
+
+/// API group of every gpu-reaper resource.
+pub const GROUP: &str = "gpureaper.io";
+/// API version served.
+pub const VERSION: &str = "v1alpha1";
+
+/// All CRDs gpu-reaper installs, in the order `gpu-reaper crd` prints them.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    vec![GpuPolicy::crd(), ReadinessAttestation::crd()]
+}
+
+/// The CRDs as multi-document YAML: the exact bytes of `crds/gpu-reaper.yaml`.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

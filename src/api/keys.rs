@@ -1,0 +1,41 @@
+//! Annotation and label names under `gpureaper.io/`, shared by the engine, the controller,
+//! the CLI and the docs. Per-workload ladder state lives on the root workload as
+//! annotations so it survives restarts and is visible with `kubectl describe`.
+
+/// Label: `"true"` exempts a workload (or, on a namespace, every workload in it).
+pub const EXEMPT_LABEL: &str = "gpureaper.io/exempt";
+/// Annotation (user-set, RFC 3339): do not warn or act before this time. Capped by
+/// the policy's `exemptions.maxSnooze`.
+pub const SNOOZE_UNTIL: &str = "gpureaper.io/snooze-until";
+/// Annotation (user-set): who to warn, `email` and/or Slack member ID, comma-separated.
+pub const OWNER: &str = "gpureaper.io/owner";
+/// Annotation (controller): when the owner was warned for the current idle period.
+pub const WARNED_AT: &str = "gpureaper.io/warned-at";
+/// Annotation (controller): when gpu-reaper acted on the workload.
+pub const REAPED_AT: &str = "gpureaper.io/reaped-at";
+/// Annotation (controller): which action was taken (`ScaleToZero`, `Suspend`, `Evict`).
+pub const REAPED_ACTION: &str = "gpureaper.io/reaped-action";
+/// Annotation (controller): JSON with what restoring needs, written before or with the action.
+pub const RESTORE: &str = "gpureaper.io/restore";
+
+/// The name kube-state-metrics gives a label or annotation key in `kube_pod_labels` /
+/// `kube_pod_annotations` (`gpureaper.io/exempt` → `gpureaper_io_exempt`).
+pub fn ksm_sanitize(key: &str) -> String {
+    key.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ksm_sanitizing_replaces_dots_slashes_and_dashes() {
+        assert_eq!(ksm_sanitize(SNOOZE_UNTIL), "gpureaper_io_snooze_until");
+        assert_eq!(
+            ksm_sanitize("app.kubernetes.io/name"),
+            "app_kubernetes_io_name"
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! Client-side validation of GpuPolicy and ReadinessAttestation documents, for the CLI
+//! (`backtest --policy`, `check`) and for tests: the same CEL rules the API server
+//! enforces from the CRD, plus unknown-field detection, each error naming the field.
+
+use std::fmt;
+
+use kube::CustomResourceExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// One problem in a document, with the field it is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldProblem {
+    /// Dotted path, e.g. `spec.action.after`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+/// A document that is not a valid resource of the expected kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvalidResource {
+    /// Where the document came from (a file path or `<embedded>`).
+    pub source: String,
+    /// Expected kind.
+    pub kind: String,
+    /// Every problem found.
+    pub problems: Vec<FieldProblem>,
+}
+
+impl fmt::Display for InvalidResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: not a valid {}:", self.source, self.kind)?;
+        for p in &self.problems {
+            write!(f, "\n  - {}: {}", p.field, p.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for InvalidResource {}
+
+/// Parses and validates one YAML (or JSON) document as custom resource `K`: YAML syntax,
+/// `apiVersion`/`kind`, field types, unknown fields, then the CRD's CEL rules with the
+/// schema defaults applied.
+pub fn parse_resource<K>(text: &str, source: &str) -> Result<K, InvalidResource>
+where
+    K: CustomResourceExt + Serialize + DeserializeOwned,
+{
+    let crd = K::crd();
+    let kind = crd.spec.names.kind.clone();
+    let fail = |problems: Vec<FieldProblem>| InvalidResource {
+        source: source.to_string(),
+        kind: kind.clone(),
+        problems,
+    };
+    let one = |field: &str, message: String| {
+        vec![FieldProblem {
+            field: field.into(),
+            message,
+        }]
+    };
+
+    let raw: Value = serde_yaml::from_str(text)
+        .map_err(|e| fail(one("(document)", format!("not valid YAML: {e}"))))?;
+    if !raw.is_object() {
+        return Err(fail(one(
+            "(document)",
+            "expected a YAML mapping with apiVersion, kind, metadata and spec".into(),
+        )));
+    }
+    let want_api = format!("{}/{}", crd.spec.group, crd.spec.versions[0].name);
+    let mut problems = Vec::new();
+    match raw.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v == want_api => {}
+        other => problems.push(FieldProblem {
+            field: "apiVersion".into(),
+            message: format!("is {}, must be {want_api}", describe(other)),
+        }),
+    }
+    match raw.get("kind").and_then(Value::as_str) {
+        Some(k) if k == kind => {}
+        other => problems.push(FieldProblem {
+            field: "kind".into(),
+            message: format!("is {}, must be {kind}", describe(other)),
+        }),
+    }
+    if !problems.is_empty() {
+        return Err(fail(problems));
+    }
+
+    let typed: K =
+        serde_yaml::from_str(text).map_err(|e| fail(vec![serde_problem(&e.to_string())]))?;
+    let normalised =
+        serde_json::to_value(&typed).map_err(|e| fail(one("(document)", e.to_string())))?;
+    unknown_fields(&raw, &normalised, "", &mut problems);
+    if !problems.is_empty() {
+        return Err(fail(problems));
+    }
+
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|e| fail(one("(schema)", e.to_string())))?
+        .unwrap_or(Value::Null);
+    if let Err(errors) = kube::core::cel::Validator::new().validate(&schema, &normalised, None) {
+        for e in errors.as_slice() {
+            let field = if e.field_path.is_empty() {
+                "(object)".to_string()
+            } else {
+                e.field_path.trim_start_matches('.').to_string()
+            };
+            problems.push(FieldProblem {
+                field,
+                message: e.message.clone(),
+            });
+        }
+        return Err(fail(problems));
+    }
+    Ok(typed)
+}
+
+fn describe(v: Option<&str>) -> String {
+    v.map_or_else(|| "missing".to_string(), |s| format!("{s:?}"))
+}
+
+/// serde_yaml reports `spec.idle.threshold: invalid type: … at line 7 column 16`.
+fn serde_problem(msg: &str) -> FieldProblem {
+    match msg.split_once(": ") {
+        Some((path, rest)) if !path.contains(' ') => FieldProblem {
+            field: path.to_string(),
+            message: rest.to_string(),
+        },
+        _ => FieldProblem {
+            field: "(document)".into(),
+            message: msg.to_string(),
+        },
+    }
+}
+
+/// Keys present in `raw` that did not survive a round trip through the Rust types are
+/// fields gpu-reaper does not know (typos such as `treshold`). `metadata` is free-form.
+fn unknown_fields(raw: &Value, known: &Value, path: &str, out: &mut Vec<FieldProblem>) {
+    match (raw, known) {
+        (Value::Object(r), Value::Object(k)) => {
+            for (key, value) in r {
+                let field = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                if field == "metadata" || field == "status" || value.is_null() {
+                    continue;
+                }
+                match k.get(key) {
+                    Some(kv) => unknown_fields(value, kv, &field, out),
+                    None if is_free_form_map(path) => {}
+                    None => {
+                        let mut names: Vec<&str> = k.keys().map(String::as_str).collect();
+                        names.sort_unstable();
+                        out.push(FieldProblem {
+                            field,
+                            message: format!(
+                                "unknown field; known fields here: {}",
+                                names.join(", ")
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        (Value::Array(r), Value::Array(k)) => {
+            for (i, (rv, kv)) in r.iter().zip(k).enumerate() {
+                unknown_fields(rv, kv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Maps whose keys are user data, not field names.
+fn is_free_form_map(path: &str) -> bool {
+    path.ends_with("matchLabels") || path.ends_with("byModel")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::GpuPolicy;
+
+    const GOOD: &str = r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata: {name: research}
+spec:
+  mode: Enforce
+  idle: {threshold: 0.05, window: 30m}
+  warn: {after: 30m}
+  action: {type: ScaleToZero, after: 1h}
+  cost: {byModel: {"NVIDIA H100 80GB HBM3": 4.0}}
+"#;
+
+    fn problems(text: &str) -> Vec<FieldProblem> {
+        parse_resource::<GpuPolicy>(text, "p.yaml")
+            .unwrap_err()
+            .problems
+    }
+
+    #[test]
+    fn a_valid_policy_parses_with_defaults_filled_in() {
+        let p = parse_resource::<GpuPolicy>(GOOD, "p.yaml").unwrap();
+        assert_eq!(p.spec.action.max_per_hour, 20);
+        assert_eq!(p.spec.idle.min_coverage, 0.8);
+    }
+
+    #[test]
+    fn acting_before_warning_is_rejected_naming_action_after() {
+        let p = problems(&GOOD.replace("after: 1h", "after: 10m"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].field, "spec.action.after");
+        assert!(
+            p[0].message.contains("at least spec.warn.after"),
+            "{}",
+            p[0].message
+        );
+    }
+
+    #[test]
+    fn a_threshold_above_one_is_rejected_naming_the_field() {
+        let p = problems(&GOOD.replace("threshold: 0.05", "threshold: 5"));
+        assert!(p.iter().any(|p| p.field == "spec.idle.threshold"), "{p:?}");
+    }
+
+    #[test]
+    fn a_misspelt_field_is_reported_with_the_known_names() {
+        let p = problems(&GOOD.replace("threshold: 0.05", "treshold: 0.05"));
+        assert_eq!(p[0].field, "spec.idle.treshold");
+        assert!(p[0].message.contains("threshold"));
+    }
+
+    #[test]
+    fn an_unparsable_duration_is_rejected_naming_the_field() {
+        let p = problems(&GOOD.replace("window: 30m", "window: 30 minutes"));
+        assert!(p[0].field.starts_with("spec.idle.window"), "{p:?}");
+    }
+
+    #[test]
+    fn wrong_kind_and_api_version_are_both_reported() {
+        let p = problems(
+            &GOOD
+                .replace("kind: GpuPolicy", "kind: Policy")
+                .replace("v1alpha1", "v1"),
+        );
+        let fields: Vec<_> = p.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["apiVersion", "kind"]);
+    }
+
+    #[test]
+    fn yaml_that_is_not_a_mapping_gets_a_clear_error() {
+        let p = problems("- a\n- b\n");
+        assert!(p[0].message.contains("mapping"));
+        let p = problems("spec: [unclosed");
+        assert!(p[0].message.contains("not valid YAML"));
+    }
+}

@@ -1,0 +1,23 @@
+//! The decision engine. PURE: no async, no IO, no clock — time is passed in.
+//!
+//! From a policy ([`Rules`]), a workload ([`WorkloadMeta`], its [`PodState`]s, one
+//! [`GpuObservation`] per GPU it holds) and what was already done ([`LadderState`]), it
+//! classifies the workload ([`classify`]) and decides the next step of the ladder
+//! nothing → warn → act ([`decide`]), and prices idle GPU time ([`cost`]). The live
+//! controller and `backtest` both call exactly these functions.
+
+pub mod activity;
+pub mod classify;
+pub mod cost;
+pub mod ladder;
+pub mod model;
+pub mod rules;
+
+pub use activity::{ActivityTracker, Sample};
+pub use classify::classify;
+pub use ladder::{decide, evaluate, limit_actions};
+pub use model::{
+    Classification, Decision, GpuObservation, IdleShape, LadderState, PodPhase, PodState, Step,
+    Verdict, WorkloadMeta,
+};
+pub use rules::Rules;

@@ -1,0 +1,81 @@
+//! A GpuPolicy spec resolved once into plain numbers, so the hot path does no parsing.
+
+use std::collections::BTreeMap;
+
+use jiff::SignedDuration;
+
+use crate::api::policy::{ActionType, GpuPolicySpec, MissingTelemetry, PolicyMode, Signal};
+
+/// The policy as the engine uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    pub enforce: bool,
+    pub signal: Signal,
+    pub threshold: f64,
+    pub window: SignedDuration,
+    pub startup_grace: SignedDuration,
+    pub provisioning_grace: SignedDuration,
+    pub treat_missing_as_idle: bool,
+    pub min_coverage: f64,
+    pub memory_held_mib: f64,
+    pub data_starved_pcie: f64,
+    pub reap_data_starved: bool,
+    pub warn_after: SignedDuration,
+    pub action: ActionType,
+    pub action_after: SignedDuration,
+    pub max_per_hour: u32,
+    pub max_snooze: SignedDuration,
+    pub default_hourly_usd: f64,
+    /// Lower-cased, trimmed model name → USD per GPU-hour.
+    pub price_by_model: BTreeMap<String, f64>,
+}
+
+fn dur(d: &kube::core::Duration) -> SignedDuration {
+    let std: std::time::Duration = (*d).into();
+    let s = SignedDuration::try_from(std).unwrap_or(SignedDuration::MAX);
+    if d.is_negative() { -s } else { s }
+}
+
+impl Rules {
+    pub fn from_spec(spec: &GpuPolicySpec) -> Self {
+        Self {
+            enforce: spec.mode == PolicyMode::Enforce,
+            signal: spec.idle.signal,
+            threshold: spec.idle.threshold,
+            window: dur(&spec.idle.window),
+            startup_grace: dur(&spec.idle.startup_grace),
+            provisioning_grace: dur(&spec.idle.provisioning_grace),
+            treat_missing_as_idle: spec.idle.missing_telemetry == MissingTelemetry::TreatAsIdle,
+            min_coverage: spec.idle.min_coverage,
+            memory_held_mib: spec.idle.memory_held_mib,
+            data_starved_pcie: spec.idle.data_starved_pcie_rx_bytes_per_second,
+            reap_data_starved: spec.idle.reap_data_starved,
+            warn_after: dur(&spec.warn.after),
+            action: spec.action.type_,
+            action_after: dur(&spec.action.after),
+            max_per_hour: spec.action.max_per_hour,
+            max_snooze: dur(&spec.exemptions.max_snooze),
+            default_hourly_usd: spec.cost.default_hourly_usd,
+            price_by_model: spec
+                .cost
+                .by_model
+                .iter()
+                .map(|(k, v)| (k.trim().to_lowercase(), *v))
+                .collect(),
+        }
+    }
+
+    /// The activity value of one sample under this policy's signal choice (0–1).
+    pub fn activity(
+        &self,
+        engine_active: Option<f64>,
+        gpu_util_percent: Option<f64>,
+    ) -> Option<f64> {
+        let util = gpu_util_percent.map(|u| u / 100.0);
+        match self.signal {
+            Signal::Auto => engine_active.or(util),
+            Signal::EngineActive => engine_active,
+            Signal::GpuUtil => util,
+        }
+    }
+}

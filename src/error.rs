@@ -1,0 +1,66 @@
+//! Typed errors with a metric-safe label. Every message names what was wrong and, where
+//! it can, how to fix it.
+
+use std::path::PathBuf;
+
+use crate::api::validate::InvalidResource;
+use crate::telemetry::openmetrics::TraceError;
+
+/// Errors of gpu-reaper's commands.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A policy or attestation document failed validation.
+    #[error("{0}")]
+    InvalidResource(#[from] InvalidResource),
+    /// A telemetry trace could not be read.
+    #[error("{0}")]
+    Trace(#[from] TraceError),
+    /// A command-line value is wrong.
+    #[error("--{flag}: {message}")]
+    InvalidArgument { flag: &'static str, message: String },
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Serialising output failed.
+    #[error("could not serialise output: {0}")]
+    Serialize(String),
+}
+
+impl From<serde_yaml::Error> for Error {
+    fn from(e: serde_yaml::Error) -> Self {
+        Error::Serialize(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Serialize(e.to_string())
+    }
+}
+
+impl Error {
+    /// Low-cardinality label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::InvalidResource(_) => "invalid_resource",
+            Error::Trace(_) => "trace",
+            Error::InvalidArgument { .. } => "invalid_argument",
+            Error::Io { .. } => "io",
+            Error::Serialize(_) => "serialize",
+        }
+    }
+
+    /// Process exit code: 2 for bad input the user can fix, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::InvalidResource(_) | Error::Trace(_) | Error::InvalidArgument { .. } => 2,
+            Error::Io { .. } | Error::Serialize(_) => 1,
+        }
+    }
+}
+
+/// Result with gpu-reaper's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

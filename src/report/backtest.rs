@@ -1,0 +1,3 @@
+pub fn run(_a: &crate::cli::BacktestArgs) -> crate::Result<()> {
+    Ok(())
+}

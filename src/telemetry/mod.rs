@@ -1,0 +1,6 @@
+//! Telemetry: where GPU activity comes from. Today: OpenMetrics text files (recorded DCGM
+//! exporter and kube-state-metrics series) read by a streaming parser, and the trace they
+//! form. The live Prometheus source joins this room.
+
+pub mod openmetrics;
+pub mod trace;
