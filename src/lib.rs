@@ -2,6 +2,7 @@
 //! behind readiness attestations. See `docs/architecture.md` for the rooms and data flow.
 
 pub mod api;
+pub mod backtest;
 pub mod cli;
 pub mod engine;
 pub mod error;

@@ -9,6 +9,7 @@ pub mod attestation;
 pub mod conditions;
 pub mod keys;
 pub mod policy;
+pub mod selector;
 pub mod validate;
 
 pub use attestation::{ReadinessAttestation, ReadinessAttestationSpec, ReadinessAttestationStatus};

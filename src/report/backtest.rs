@@ -1,3 +1,146 @@
-pub fn run(_a: &crate::cli::BacktestArgs) -> crate::Result<()> {
+//! `gpu-reaper backtest`: the CLI edge. Reads the policy and trace (files or the bundled
+//! samples), runs the pure replay, prints the report and writes the SVG.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use flate2::read::GzDecoder;
+use jiff::SignedDuration;
+
+use crate::api::GpuPolicy;
+use crate::api::validate::parse_resource;
+use crate::backtest::{self, BacktestOptions};
+use crate::cli::{BacktestArgs, OutputFormat};
+use crate::error::{Error, Result};
+use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
+
+/// The bundled sample policy (config/samples/policy.yaml).
+pub const SAMPLE_POLICY: &str = include_str!("../../config/samples/policy.yaml");
+/// The bundled sample trace (config/samples/trace.om.gz, made by examples/make_sample_trace.rs).
+pub const SAMPLE_TRACE_GZ: &[u8] = include_bytes!("../../config/samples/trace.om.gz");
+
+/// Runs the command and prints its report to stdout.
+pub fn run(args: &BacktestArgs) -> Result<()> {
+    let out = execute(args)?;
+    print!("{out}");
     Ok(())
+}
+
+/// Runs the command and returns what it prints.
+pub fn execute(args: &BacktestArgs) -> Result<String> {
+    let step = parse_duration("step", &args.step)?;
+    let regret_horizon = parse_duration("regret-horizon", &args.regret_horizon)?;
+    if step.as_secs() < 1 {
+        return Err(Error::InvalidArgument {
+            flag: "step",
+            message: "must be at least 1s, e.g. 1m".into(),
+        });
+    }
+    let policy = load_policy(args.policy.as_deref())?;
+    let options = ReadOptions {
+        step_seconds: step.as_secs(),
+        skip_unknown_metrics: args.skip_unknown_metrics,
+    };
+    let trace = load_trace(args.trace.as_deref(), &options)?;
+    let name = policy
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "unnamed".into());
+    let result = backtest::run(
+        &name,
+        &policy.spec,
+        &trace,
+        &BacktestOptions {
+            regret_horizon,
+            keep_timelines: args.svg.is_some(),
+        },
+    );
+    if let Some(path) = &args.svg {
+        std::fs::write(path, crate::report::svg::timeline(&result)).map_err(|source| {
+            Error::Io {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(match args.format {
+        OutputFormat::Table => crate::report::render::table(&result),
+        OutputFormat::Json => crate::report::render::json(&result)? + "\n",
+        OutputFormat::Csv => crate::report::render::csv(&result),
+    })
+}
+
+fn parse_duration(flag: &'static str, text: &str) -> Result<SignedDuration> {
+    let d: kube::core::Duration = text.parse().map_err(|e| Error::InvalidArgument {
+        flag,
+        message: format!("{text:?} is not a duration ({e}); write e.g. 1m, 90s, 2h"),
+    })?;
+    if d.is_negative() {
+        return Err(Error::InvalidArgument {
+            flag,
+            message: format!("{text:?} must not be negative"),
+        });
+    }
+    let std: std::time::Duration = d.into();
+    SignedDuration::try_from(std).map_err(|e| Error::InvalidArgument {
+        flag,
+        message: e.to_string(),
+    })
+}
+
+/// The policy from `path`, or the bundled sample.
+pub fn load_policy(path: Option<&Path>) -> Result<GpuPolicy> {
+    match path {
+        None => Ok(parse_resource::<GpuPolicy>(
+            SAMPLE_POLICY,
+            "<bundled config/samples/policy.yaml>",
+        )?),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|source| Error::Io {
+                path: p.to_path_buf(),
+                source,
+            })?;
+            Ok(parse_resource::<GpuPolicy>(
+                &text,
+                &p.display().to_string(),
+            )?)
+        }
+    }
+}
+
+/// The trace from `path` (plain or gzip), or the bundled sample.
+pub fn load_trace(path: Option<&Path>, options: &ReadOptions) -> Result<Trace> {
+    match path {
+        None => Ok(read_trace(
+            BufReader::new(GzDecoder::new(SAMPLE_TRACE_GZ)),
+            "<bundled config/samples/trace.om.gz>",
+            options,
+        )?),
+        Some(p) => {
+            let file = File::open(p).map_err(|source| Error::Io {
+                path: p.to_path_buf(),
+                source,
+            })?;
+            let mut reader = BufReader::with_capacity(1 << 20, file);
+            let gz = reader
+                .fill_buf()
+                .map_err(|source| Error::Io {
+                    path: p.to_path_buf(),
+                    source,
+                })?
+                .starts_with(&[0x1f, 0x8b]);
+            let input: Box<dyn Read> = if gz {
+                Box::new(GzDecoder::new(reader))
+            } else {
+                Box::new(reader)
+            };
+            Ok(read_trace(
+                BufReader::with_capacity(1 << 20, input),
+                &p.display().to_string(),
+                options,
+            )?)
+        }
+    }
 }

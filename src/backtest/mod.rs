@@ -1,0 +1,597 @@
+//! Backtest: replays a recorded trace through the engine, step by step, exactly as the
+//! controller would have evaluated it, and measures what the policy would have done:
+//! idle GPU-hours, warnings, actions, reclaimed GPU-hours and dollars, and regrets.
+//!
+//! Pure: takes a [`Trace`] in memory and returns outcomes; reading files and rendering
+//! reports happen at the edges (`telemetry::trace`, `report`).
+//!
+//! Definitions: an action at time `a` **reclaims** the workload's GPUs until activity
+//! (≥ threshold) resumes, its pods go away, or the trace ends; it is a **regret** if
+//! activity resumes within the regret horizon of `a`. Backtest simulates Enforce: in an
+//! Audit policy, "would act" counts as acting.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+
+use crate::api::keys;
+use crate::api::policy::{ActionType, GpuPolicySpec};
+use crate::api::selector;
+use crate::engine::model::{
+    Classification, Decision, GpuObservation, LadderState, PodPhase, PodState, Step, WorkloadMeta,
+};
+use crate::engine::{ActivityTracker, Rules, Sample, evaluate, limit_actions};
+use crate::telemetry::trace::{PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Trace};
+
+/// How to replay.
+#[derive(Debug, Clone)]
+pub struct BacktestOptions {
+    pub regret_horizon: SignedDuration,
+    /// Keep per-step activity and state per workload (for the SVG timeline).
+    pub keep_timelines: bool,
+}
+
+/// What one action reclaimed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActionOutcome {
+    pub at: Timestamp,
+    pub action: ActionType,
+    /// When activity resumed (None: it never did before the pods went away or the trace ended).
+    pub resumed_at: Option<Timestamp>,
+    pub reclaimed_gpu_hours: f64,
+    pub reclaimed_usd: f64,
+    pub regret: bool,
+}
+
+/// Per-step activity and state of a workload, for drawing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    pub first_bucket: i64,
+    /// Highest activity of any GPU per step (NaN: no sample).
+    pub activity: Vec<f32>,
+    pub state: Vec<TimelineState>,
+}
+
+/// State of a workload at one step, for drawing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimelineState {
+    Absent,
+    Active,
+    Idle,
+    NoTelemetry,
+    NotJudged,
+    Reclaimed,
+}
+
+/// What the policy would have done to one workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkloadOutcome {
+    pub namespace: String,
+    pub kind: String,
+    pub name: String,
+    /// GPU devices held (most at any time).
+    pub gpus: u32,
+    /// Classification that held longest over the trace.
+    pub classification: String,
+    pub idle_gpu_hours: f64,
+    /// First warning.
+    pub warned_at: Option<Timestamp>,
+    /// First action.
+    pub acted_at: Option<Timestamp>,
+    pub action: Option<ActionType>,
+    pub reclaimed_gpu_hours: f64,
+    pub reclaimed_usd: f64,
+    /// Whether any action on it was regretted.
+    pub regret: bool,
+    pub warnings: Vec<Timestamp>,
+    pub actions: Vec<ActionOutcome>,
+    /// The engine's last explanation.
+    pub last_reason: String,
+    #[serde(skip)]
+    pub timeline: Option<Timeline>,
+}
+
+/// Totals over all governed workloads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub workloads: usize,
+    /// GPU devices held by governed workloads (most at any time, summed).
+    pub governed_gpus: u32,
+    /// GPUs seen in telemetry with no workload bound to them.
+    pub unallocated_gpus: usize,
+    pub gpu_hours: f64,
+    pub idle_gpu_hours: f64,
+    pub idle_share: f64,
+    pub reclaimed_gpu_hours: f64,
+    /// Reclaimed GPU-hours over all governed GPU-hours.
+    pub reclaimed_share: f64,
+    pub reclaimed_usd: f64,
+    pub warnings: usize,
+    pub actions: usize,
+    pub regrets: usize,
+    pub regret_rate: f64,
+    /// Actions deferred by `action.maxPerHour`.
+    pub rate_limited: usize,
+}
+
+/// A whole backtest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Backtest {
+    pub policy: String,
+    pub mode: String,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub step_seconds: i64,
+    pub regret_horizon_seconds: i64,
+    pub workloads: Vec<WorkloadOutcome>,
+    pub summary: Summary,
+}
+
+struct Live {
+    meta: WorkloadMeta,
+    /// Indexes into `trace.pods`.
+    pods: Vec<usize>,
+    /// Indexes into `trace.gpus`.
+    gpus: Vec<usize>,
+    pod_states: Vec<PodState>,
+    observations: Vec<GpuObservation>,
+    trackers: Vec<ActivityTracker>,
+    first_bucket: i64,
+    last_bucket: i64,
+    ladder: LadderState,
+    reaped: Option<(Timestamp, ActionType, f64)>,
+    class_steps: BTreeMap<&'static str, u64>,
+    /// Steps in which the workload held GPUs (reclaimed steps included).
+    held_steps: u64,
+    outcome: WorkloadOutcome,
+}
+
+/// Replays `trace` under `policy`.
+pub fn run(
+    policy_name: &str,
+    policy: &GpuPolicySpec,
+    trace: &Trace,
+    options: &BacktestOptions,
+) -> Backtest {
+    let rules = Rules::from_spec(policy);
+    let step = SignedDuration::from_secs(trace.step_seconds);
+    let hours_per_step = trace.step_seconds as f64 / 3600.0;
+    let mut live = build_workloads(&rules, policy, trace, step);
+    let unallocated_gpus = trace.gpus.iter().filter(|g| g.pod.is_empty()).count();
+    let mut recent_actions: VecDeque<Timestamp> = VecDeque::new();
+    let mut summary = Summary {
+        unallocated_gpus,
+        ..Summary::default()
+    };
+    let mut pending: Vec<(usize, Decision)> = Vec::new();
+
+    for bucket in trace.first_bucket..=trace.last_bucket {
+        let now = ts(bucket * trace.step_seconds);
+        pending.clear();
+        for (wi, w) in live.iter_mut().enumerate() {
+            let present = bucket >= w.first_bucket && bucket <= w.last_bucket;
+            let mut max_activity = f32::NAN;
+            let mut any_busy = false;
+            for (k, &gi) in w.gpus.iter().enumerate() {
+                let g = &trace.gpus[gi];
+                let sample = Sample {
+                    engine_active: g.engine_active.get(bucket).map(f64::from),
+                    gpu_util_percent: g.gpu_util.get(bucket).map(f64::from),
+                    fb_used_mib: g.fb_used.get(bucket).map(f64::from),
+                    pcie_rx_bytes_per_second: g.pcie_rx.get(bucket).map(f64::from),
+                    power_watts: g.power.get(bucket).map(f64::from),
+                };
+                let has_any = sample != Sample::default();
+                w.trackers[k].advance(now, has_any.then_some(&sample), &rules);
+                w.trackers[k].fill(&mut w.observations[k]);
+                if let Some(a) = rules.activity(sample.engine_active, sample.gpu_util_percent) {
+                    max_activity = max_activity.max(a as f32);
+                    any_busy |= a >= rules.threshold;
+                }
+            }
+            let mut holding = false;
+            for (k, &pi) in w.pods.iter().enumerate() {
+                let p = &trace.pods[pi];
+                let state = &mut w.pod_states[k];
+                let alive = bucket >= p.first_bucket && bucket <= p.last_bucket;
+                let phase = p.phase.get(bucket);
+                let waiting = p
+                    .waiting
+                    .get(bucket)
+                    .map(|i| trace.waiting_reasons[i as usize].clone());
+                state.phase = match phase {
+                    _ if !alive => PodPhase::Succeeded,
+                    Some(PHASE_PENDING) => PodPhase::Pending,
+                    Some(PHASE_SUCCEEDED) => PodPhase::Succeeded,
+                    Some(PHASE_FAILED) => PodPhase::Failed,
+                    _ => PodPhase::Running,
+                };
+                state.waiting_reason = if alive { waiting } else { None };
+                state.stuck_since = if state.is_stuck() {
+                    state.stuck_since.or(Some(now))
+                } else {
+                    None
+                };
+                holding |= alive && !matches!(state.phase, PodPhase::Succeeded | PodPhase::Failed);
+            }
+            if w.pods.is_empty() {
+                // A pod known only from DCGM series: it holds its GPUs while they report.
+                holding = present;
+            }
+            if present && holding {
+                w.held_steps += 1;
+            }
+
+            if let Some((at, action, hourly)) = w.reaped {
+                if !present || !holding || any_busy {
+                    let until = now;
+                    let hours = until.duration_since(at).as_secs_f64() / 3600.0;
+                    let share: f64 = w.share_hint();
+                    let regret = any_busy && until.duration_since(at) <= options.regret_horizon;
+                    w.outcome.actions.push(ActionOutcome {
+                        at,
+                        action,
+                        resumed_at: any_busy.then_some(until),
+                        reclaimed_gpu_hours: hours * share,
+                        reclaimed_usd: hours * hourly,
+                        regret,
+                    });
+                    w.reaped = None;
+                    w.ladder = LadderState {
+                        snooze_until: w.ladder.snooze_until,
+                        ..LadderState::default()
+                    };
+                } else {
+                    w.record(bucket, max_activity, TimelineState::Reclaimed, options);
+                    continue;
+                }
+            }
+            if !present || !holding {
+                w.record(bucket, max_activity, TimelineState::Absent, options);
+                continue;
+            }
+            let decision = evaluate(
+                &rules,
+                &w.meta,
+                &w.pod_states,
+                &w.observations,
+                &w.ladder,
+                now,
+            );
+            let class = &decision.verdict.classification;
+            *w.class_steps.entry(class.as_str()).or_default() += 1;
+            if class.is_idle() {
+                w.outcome.idle_gpu_hours += decision.verdict.gpu_share * hours_per_step;
+            }
+            w.outcome.gpus = w.outcome.gpus.max(decision.verdict.gpu_devices);
+            let drawn = match class {
+                Classification::Active => TimelineState::Active,
+                Classification::Idle(_) => TimelineState::Idle,
+                Classification::NoTelemetry => TimelineState::NoTelemetry,
+                _ => TimelineState::NotJudged,
+            };
+            w.record(bucket, max_activity, drawn, options);
+            pending.push((wi, decision));
+        }
+
+        while recent_actions
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= SignedDuration::from_hours(1))
+        {
+            recent_actions.pop_front();
+        }
+        {
+            let mut refs: Vec<&mut Decision> = pending.iter_mut().map(|(_, d)| d).collect();
+            limit_actions(&mut refs, recent_actions.len() as u32, rules.max_per_hour);
+        }
+        for (wi, decision) in pending.drain(..) {
+            let w = &mut live[wi];
+            w.outcome.last_reason = decision.reason.clone();
+            match decision.step {
+                Step::Warn => {
+                    w.ladder.warned_at = Some(now);
+                    w.outcome.warnings.push(now);
+                }
+                Step::Act(action) | Step::WouldAct(action) => {
+                    w.ladder.reaped_at = Some(now);
+                    w.reaped = Some((now, action, decision.hourly_usd));
+                    recent_actions.push_back(now);
+                }
+                Step::RateLimited(_) => summary.rate_limited += 1,
+                Step::Nothing => {}
+            }
+        }
+    }
+
+    let end = ts((trace.last_bucket + 1) * trace.step_seconds);
+    let mut workloads = Vec::with_capacity(live.len());
+    for mut w in live {
+        if let Some((at, action, hourly)) = w.reaped.take() {
+            let hours = end.duration_since(at).as_secs_f64() / 3600.0;
+            let share = w.share_hint();
+            w.outcome.actions.push(ActionOutcome {
+                at,
+                action,
+                resumed_at: None,
+                reclaimed_gpu_hours: hours * share,
+                reclaimed_usd: hours * hourly,
+                regret: false,
+            });
+        }
+        let o = &mut w.outcome;
+        o.classification = w
+            .class_steps
+            .iter()
+            .max_by_key(|(name, n)| (**n, std::cmp::Reverse(**name)))
+            .map_or("NotPresent", |(name, _)| name)
+            .to_string();
+        o.warned_at = o.warnings.first().copied();
+        o.acted_at = o.actions.first().map(|a| a.at);
+        o.action = o.actions.first().map(|a| a.action);
+        o.reclaimed_gpu_hours = o.actions.iter().map(|a| a.reclaimed_gpu_hours).sum();
+        o.reclaimed_usd = o.actions.iter().map(|a| a.reclaimed_usd).sum();
+        o.regret = o.actions.iter().any(|a| a.regret);
+        summary.gpu_hours += w.held_steps as f64 * hours_per_step * w.share_hint();
+        workloads.push(w.outcome);
+    }
+    workloads
+        .sort_by(|a, b| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)));
+    summary.workloads = workloads.len();
+    summary.governed_gpus = workloads.iter().map(|w| w.gpus).sum();
+    summary.idle_gpu_hours = workloads.iter().map(|w| w.idle_gpu_hours).sum();
+    summary.reclaimed_gpu_hours = workloads.iter().map(|w| w.reclaimed_gpu_hours).sum();
+    summary.reclaimed_usd = workloads.iter().map(|w| w.reclaimed_usd).sum();
+    summary.warnings = workloads.iter().map(|w| w.warnings.len()).sum();
+    summary.actions = workloads.iter().map(|w| w.actions.len()).sum();
+    summary.regrets = workloads
+        .iter()
+        .flat_map(|w| &w.actions)
+        .filter(|a| a.regret)
+        .count();
+    summary.idle_share = ratio(summary.idle_gpu_hours, summary.gpu_hours);
+    summary.reclaimed_share = ratio(summary.reclaimed_gpu_hours, summary.gpu_hours);
+    summary.regret_rate = ratio(summary.regrets as f64, summary.actions as f64);
+
+    Backtest {
+        policy: policy_name.to_string(),
+        mode: format!("{:?}", policy.mode),
+        start: ts(trace.first_bucket * trace.step_seconds),
+        end,
+        step_seconds: trace.step_seconds,
+        regret_horizon_seconds: options.regret_horizon.as_secs(),
+        workloads,
+        summary,
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+fn ts(seconds: i64) -> Timestamp {
+    Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+impl Live {
+    /// GPU shares held, as the engine counts them (observed shares + unobserved devices).
+    fn share_hint(&self) -> f64 {
+        let observed: f64 = self.observations.iter().map(|o| o.share).sum();
+        let devices: u32 = self.outcome.gpus;
+        observed + f64::from(devices.saturating_sub(self.observations.len() as u32))
+    }
+
+    fn record(
+        &mut self,
+        bucket: i64,
+        activity: f32,
+        state: TimelineState,
+        options: &BacktestOptions,
+    ) {
+        if !options.keep_timelines {
+            return;
+        }
+        let t = self.outcome.timeline.get_or_insert_with(|| Timeline {
+            first_bucket: bucket,
+            ..Timeline::default()
+        });
+        t.activity.push(activity);
+        t.state.push(state);
+    }
+}
+
+/// Groups pods into root workloads, keeps those the policy governs, and prepares their
+/// trackers.
+fn build_workloads(
+    rules: &Rules,
+    policy: &GpuPolicySpec,
+    trace: &Trace,
+    step: SignedDuration,
+) -> Vec<Live> {
+    let mut pods_by_key: HashMap<(&str, &str), usize> = HashMap::new();
+    for (i, p) in trace.pods.iter().enumerate() {
+        pods_by_key.insert((&p.namespace, &p.name), i);
+    }
+    let mut gpus_by_pod: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (i, g) in trace
+        .gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| !g.pod.is_empty())
+    {
+        gpus_by_pod
+            .entry((&g.namespace, &g.pod))
+            .or_default()
+            .push(i);
+    }
+    // Root workload of each pod that holds GPUs (requested, or seen in DCGM).
+    let mut groups: BTreeMap<(String, String, String), Vec<usize>> = BTreeMap::new();
+    for (i, p) in trace.pods.iter().enumerate() {
+        let has_gpus = p.gpu_devices() > 0
+            || gpus_by_pod.contains_key(&(p.namespace.as_str(), p.name.as_str()));
+        if !has_gpus {
+            continue;
+        }
+        let (kind, name) = match &p.owner {
+            None => ("Pod".to_string(), p.name.clone()),
+            Some((k, n)) if k == "ReplicaSet" => trace
+                .replicaset_owners
+                .get(&(p.namespace.clone(), n.clone()))
+                .cloned()
+                .unwrap_or_else(|| (k.clone(), n.clone())),
+            Some((k, n)) => (k.clone(), n.clone()),
+        };
+        groups
+            .entry((p.namespace.clone(), kind, name))
+            .or_default()
+            .push(i);
+    }
+    // DCGM series whose pod kube-state-metrics never reported: a bare pod of their own.
+    let mut orphan_pods: Vec<(String, String)> = gpus_by_pod
+        .keys()
+        .filter(|k| !pods_by_key.contains_key(*k))
+        .map(|(ns, pod)| (ns.to_string(), pod.to_string()))
+        .collect();
+    orphan_pods.sort();
+
+    let mut out = Vec::new();
+    let mut add =
+        |namespace: String, kind: String, name: String, pods: Vec<usize>, orphan: Option<&str>| {
+            let mut labels = BTreeMap::new();
+            let mut annotations = BTreeMap::new();
+            let mut created: Option<i64> = None;
+            let mut first = i64::MAX;
+            let mut last = i64::MIN;
+            let mut gpus = Vec::new();
+            let mut pod_states = Vec::new();
+            for &pi in &pods {
+                let p = &trace.pods[pi];
+                labels.extend(p.labels.clone());
+                annotations.extend(p.annotations.clone());
+                created = created.min(p.created).or(p.created);
+                first = first.min(p.first_bucket);
+                last = last.max(p.last_bucket);
+                let k = pod_states.len();
+                pod_states.push(PodState {
+                    phase: PodPhase::Running,
+                    waiting_reason: None,
+                    stuck_since: None,
+                    gpu_devices: p.gpu_devices(),
+                });
+                for &gi in gpus_by_pod
+                    .get(&(p.namespace.as_str(), p.name.as_str()))
+                    .into_iter()
+                    .flatten()
+                {
+                    gpus.push((gi, k));
+                }
+            }
+            if let Some(pod) = orphan {
+                let series = gpus_by_pod
+                    .get(&(namespace.as_str(), pod))
+                    .cloned()
+                    .unwrap_or_default();
+                for &gi in &series {
+                    if let Some((a, b)) = trace.gpus[gi]
+                        .engine_active
+                        .span()
+                        .or(trace.gpus[gi].gpu_util.span())
+                    {
+                        first = first.min(a);
+                        last = last.max(b);
+                    }
+                    gpus.push((gi, 0));
+                }
+                pod_states.push(PodState {
+                    phase: PodPhase::Running,
+                    waiting_reason: None,
+                    stuck_since: None,
+                    gpu_devices: series.len() as u32,
+                });
+            }
+            let ns_labels = trace
+                .namespace_labels
+                .get(&namespace)
+                .cloned()
+                .unwrap_or_default();
+            let m = &policy.match_;
+            let sanitize = |k: &str| keys::ksm_sanitize(k);
+            let governed = m
+                .namespace_selector
+                .as_ref()
+                .is_none_or(|s| selector::matches_with(s, &ns_labels, sanitize))
+                && m.workload_selector
+                    .as_ref()
+                    .is_none_or(|s| selector::matches_with(s, &labels, sanitize))
+                && (m.kinds.is_empty() || m.kinds.iter().any(|k| k == &kind));
+            if !governed || first > last {
+                return;
+            }
+            let created_at = ts(created.unwrap_or(first * trace.step_seconds));
+            let ladder = LadderState::from_annotations(&annotations);
+            let observations = gpus
+                .iter()
+                .map(|&(gi, pod)| GpuObservation {
+                    id: trace.gpus[gi].id.clone(),
+                    model: trace.gpus[gi].model.clone(),
+                    share: trace.gpus[gi].share,
+                    pod,
+                    ..GpuObservation::default()
+                })
+                .collect();
+            let outcome = WorkloadOutcome {
+                namespace: namespace.clone(),
+                kind: kind.clone(),
+                name: name.clone(),
+                gpus: 0,
+                classification: String::new(),
+                idle_gpu_hours: 0.0,
+                warned_at: None,
+                acted_at: None,
+                action: None,
+                reclaimed_gpu_hours: 0.0,
+                reclaimed_usd: 0.0,
+                regret: false,
+                warnings: vec![],
+                actions: vec![],
+                last_reason: String::new(),
+                timeline: None,
+            };
+            out.push(Live {
+                meta: WorkloadMeta {
+                    kind,
+                    namespace,
+                    name,
+                    created_at,
+                    labels,
+                    annotations,
+                },
+                pods,
+                trackers: gpus
+                    .iter()
+                    .map(|_| ActivityTracker::new(rules, step))
+                    .collect(),
+                gpus: gpus.iter().map(|(gi, _)| *gi).collect(),
+                pod_states,
+                observations,
+                first_bucket: first,
+                last_bucket: last,
+                ladder: LadderState {
+                    warned_at: None,
+                    reaped_at: None,
+                    ..ladder
+                },
+                reaped: None,
+                class_steps: BTreeMap::new(),
+                held_steps: 0,
+                outcome,
+            });
+        };
+    for ((ns, kind, name), pods) in groups {
+        add(ns, kind, name, pods, None);
+    }
+    for (ns, pod) in orphan_pods {
+        add(ns.clone(), "Pod".into(), pod.clone(), vec![], Some(&pod));
+    }
+    out
+}

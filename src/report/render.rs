@@ -1,0 +1,151 @@
+//! Table, JSON and CSV renderings of a backtest.
+
+use std::fmt::Write;
+
+use jiff::Timestamp;
+
+use crate::backtest::Backtest;
+
+/// JSON with a stable schema (documented in docs/backtest.md).
+pub fn json(b: &Backtest) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(b)
+}
+
+const CSV_HEADER: &str = "namespace,kind,name,gpus,classification,idle_gpu_hours,warned_at,acted_at,action,reclaimed_gpu_hours,reclaimed_usd,regret";
+
+/// One row per workload, columns as the JSON `workloads[]` fields.
+pub fn csv(b: &Backtest) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for w in &b.workloads {
+        let fields = [
+            csv_field(&w.namespace),
+            csv_field(&w.kind),
+            csv_field(&w.name),
+            w.gpus.to_string(),
+            csv_field(&w.classification),
+            format!("{:.3}", w.idle_gpu_hours),
+            opt_ts(w.warned_at),
+            opt_ts(w.acted_at),
+            w.action.map(|a| format!("{a:?}")).unwrap_or_default(),
+            format!("{:.3}", w.reclaimed_gpu_hours),
+            format!("{:.2}", w.reclaimed_usd),
+            w.regret.to_string(),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn opt_ts(t: Option<Timestamp>) -> String {
+    t.map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// A readable table and summary.
+pub fn table(b: &Backtest) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Backtest of policy {} ({} mode simulated as Enforce) from {} to {}, evaluated every {}s; regret horizon {}h\n",
+        b.policy,
+        b.mode,
+        b.start,
+        b.end,
+        b.step_seconds,
+        b.regret_horizon_seconds as f64 / 3600.0
+    );
+    let headers = [
+        "NAMESPACE",
+        "KIND",
+        "NAME",
+        "GPUS",
+        "CLASSIFICATION",
+        "IDLE GPU-H",
+        "WARNED",
+        "ACTED",
+        "RECLAIMED GPU-H",
+        "USD",
+        "REGRET",
+    ];
+    let hhmm = |t: Option<Timestamp>| {
+        t.map(|t| t.strftime("%H:%M").to_string())
+            .unwrap_or_else(|| "-".into())
+    };
+    let rows: Vec<[String; 11]> = b
+        .workloads
+        .iter()
+        .map(|w| {
+            [
+                w.namespace.clone(),
+                w.kind.clone(),
+                w.name.clone(),
+                w.gpus.to_string(),
+                w.classification.clone(),
+                format!("{:.1}", w.idle_gpu_hours),
+                hhmm(w.warned_at),
+                match (w.acted_at, w.action) {
+                    (Some(_), Some(a)) => format!("{} {a:?}", hhmm(w.acted_at)),
+                    _ => "-".into(),
+                },
+                format!("{:.1}", w.reclaimed_gpu_hours),
+                format!("{:.0}", w.reclaimed_usd),
+                if w.regret { "yes".into() } else { "-".into() },
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let _ = write!(s, "{:<w$}  ", c, w = widths[i]);
+        }
+        s.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(headers.to_vec()));
+    for r in &rows {
+        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
+    }
+    let s = &b.summary;
+    let _ = writeln!(
+        out,
+        "\n{} workloads on {} GPUs ({} GPUs unallocated), {:.1} GPU-hours held.",
+        s.workloads, s.governed_gpus, s.unallocated_gpus, s.gpu_hours
+    );
+    let _ = writeln!(
+        out,
+        "Idle:      {:.1} GPU-hours ({:.0} % of held)",
+        s.idle_gpu_hours,
+        s.idle_share * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "Reclaimed: {:.1} GPU-hours ({:.0} % of held), {:.0} USD",
+        s.reclaimed_gpu_hours,
+        s.reclaimed_share * 100.0,
+        s.reclaimed_usd
+    );
+    let _ = writeln!(
+        out,
+        "Warnings:  {}   Actions: {}   Regrets: {} ({:.0} % of actions)   Deferred by maxPerHour: {}",
+        s.warnings,
+        s.actions,
+        s.regrets,
+        s.regret_rate * 100.0,
+        s.rate_limited
+    );
+    out
+}

@@ -1,0 +1,135 @@
+//! An SVG timeline per workload: activity as a line, idle and reclaimed spans shaded,
+//! warnings and actions marked. Hand-written SVG, no dependency.
+
+use std::fmt::Write;
+
+use crate::backtest::{Backtest, TimelineState};
+
+const ROW: f64 = 46.0;
+const LABEL: f64 = 300.0;
+const PLOT: f64 = 900.0;
+
+/// The whole backtest as one SVG document (workloads without a timeline are skipped).
+pub fn timeline(b: &Backtest) -> String {
+    let span = (b.end.as_second() - b.start.as_second()).max(1) as f64;
+    let first_bucket = b.start.as_second() / b.step_seconds.max(1);
+    let x =
+        |bucket: i64| LABEL + (bucket - first_bucket) as f64 * b.step_seconds as f64 / span * PLOT;
+    let xt =
+        |t: jiff::Timestamp| LABEL + (t.as_second() - b.start.as_second()) as f64 / span * PLOT;
+    let rows: Vec<_> = b
+        .workloads
+        .iter()
+        .filter(|w| w.timeline.is_some())
+        .collect();
+    let height = 60.0 + ROW * rows.len() as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="11">"#,
+        w = LABEL + PLOT + 20.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="18" font-size="13" font-weight="bold">gpu-reaper backtest: {} ({} → {})</text>"#,
+        esc(&b.policy),
+        b.start,
+        b.end
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="10" y="34">line: highest GPU activity · <tspan fill="#e8a33d">■</tspan> idle · <tspan fill="#9aa5b1">■</tspan> no telemetry · <tspan fill="#4c9a6a">■</tspan> reclaimed · <tspan fill="#d08c00">▲</tspan> warned · <tspan fill="#c0392b">▼</tspan> acted (✕ regret)</text>"##
+    );
+    for (i, w) in rows.iter().enumerate() {
+        let Some(t) = &w.timeline else { continue };
+        let top = 50.0 + ROW * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<text x="10" y="{}">{}/{} {} ({} GPU)</text>"#,
+            top + 22.0,
+            esc(&w.namespace),
+            esc(&w.kind),
+            esc(&w.name),
+            w.gpus
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{LABEL}" y="{top}" width="{PLOT}" height="36" fill="#f7f7f7"/>"##
+        );
+        // Shaded spans: merge consecutive steps of the same state.
+        let mut start = 0usize;
+        for k in 1..=t.state.len() {
+            if k == t.state.len() || t.state[k] != t.state[start] {
+                let color = match t.state[start] {
+                    TimelineState::Idle => Some("#e8a33d"),
+                    TimelineState::NoTelemetry => Some("#9aa5b1"),
+                    TimelineState::Reclaimed => Some("#4c9a6a"),
+                    _ => None,
+                };
+                if let Some(c) = color {
+                    let x0 = x(t.first_bucket + start as i64);
+                    let x1 = x(t.first_bucket + k as i64);
+                    let _ = writeln!(
+                        s,
+                        r#"<rect x="{x0:.1}" y="{top}" width="{:.1}" height="36" fill="{c}" opacity="0.45"/>"#,
+                        (x1 - x0).max(0.5)
+                    );
+                }
+                start = k;
+            }
+        }
+        let mut path = String::new();
+        let mut pen_down = false;
+        for (k, a) in t.activity.iter().enumerate() {
+            if a.is_nan() {
+                pen_down = false;
+                continue;
+            }
+            let px = x(t.first_bucket + k as i64);
+            let py = top + 36.0 - f64::from(a.clamp(0.0, 1.0)) * 34.0;
+            let _ = write!(path, "{}{px:.1},{py:.1} ", if pen_down { "L" } else { "M" });
+            pen_down = true;
+        }
+        if !path.is_empty() {
+            let _ = writeln!(
+                s,
+                r##"<path d="{}" fill="none" stroke="#2d5aa0" stroke-width="1"/>"##,
+                path.trim_end()
+            );
+        }
+        for at in &w.warnings {
+            let px = xt(*at);
+            let _ = writeln!(
+                s,
+                r##"<path d="M{px:.1},{top} l-4,-6 h8 z" fill="#d08c00"><title>warned {at}</title></path>"##
+            );
+        }
+        for a in &w.actions {
+            let px = xt(a.at);
+            let y = top + 36.0;
+            let mark = if a.regret { "✕" } else { "▼" };
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" fill="#c0392b" font-size="12">{mark}<title>{:?} at {}{}</title></text>"##,
+                px - 4.0,
+                y + 10.0,
+                a.action,
+                a.at,
+                if a.regret {
+                    " (regret: activity resumed)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
