@@ -107,6 +107,14 @@ where
         .transpose()
         .map_err(|e| fail(one("(schema)", e.to_string())))?
         .unwrap_or(Value::Null);
+    unknown_fields(&raw, &schema, "", &mut problems);
+    if !problems.is_empty() {
+        return Err(fail(problems));
+    }
+    let typed: K =
+        serde_yaml::from_str(text).map_err(|e| fail(vec![serde_problem(&e.to_string())]))?;
+    let normalised =
+        serde_json::to_value(&typed).map_err(|e| fail(one("(document)", e.to_string())))?;
     if let Err(errors) = kube::core::cel::Validator::new().validate(&schema, &normalised, None) {
         for e in errors.as_slice() {
             let field = if e.field_path.is_empty() {
@@ -142,49 +150,54 @@ fn serde_problem(msg: &str) -> FieldProblem {
     }
 }
 
-/// Keys present in `raw` that did not survive a round trip through the Rust types are
-/// fields gpu-reaper does not know (typos such as `treshold`). `metadata` is free-form.
-fn unknown_fields(raw: &Value, known: &Value, path: &str, out: &mut Vec<FieldProblem>) {
-    match (raw, known) {
-        (Value::Object(r), Value::Object(k)) => {
-            for (key, value) in r {
-                let field = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                if field == "metadata" || field == "status" || value.is_null() {
-                    continue;
-                }
-                match k.get(key) {
-                    Some(kv) => unknown_fields(value, kv, &field, out),
-                    None if is_free_form_map(path) => {}
-                    None => {
-                        let mut names: Vec<&str> = k.keys().map(String::as_str).collect();
-                        names.sort_unstable();
-                        out.push(FieldProblem {
-                            field,
-                            message: format!(
-                                "unknown field; known fields here: {}",
-                                names.join(", ")
-                            ),
-                        });
+/// Keys in `raw` that the CRD schema does not define are fields gpu-reaper does not know
+/// (typos such as `treshold`): the API server would silently prune them, so say so here.
+fn unknown_fields(raw: &Value, schema: &Value, path: &str, out: &mut Vec<FieldProblem>) {
+    match raw {
+        Value::Object(fields) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (key, value) in fields {
+                    let field = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata")
+                    {
+                        continue;
                     }
+                    match props.get(key) {
+                        Some(sub) => unknown_fields(value, sub, &field, out),
+                        None => {
+                            let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+                            names.sort_unstable();
+                            out.push(FieldProblem {
+                                field,
+                                message: format!(
+                                    "unknown field; known fields here: {}",
+                                    names.join(", ")
+                                ),
+                            });
+                        }
+                    }
+                }
+            } else if let Some(values) =
+                schema.get("additionalProperties").filter(|v| v.is_object())
+            {
+                for (key, value) in fields {
+                    unknown_fields(value, values, &format!("{path}.{key}"), out);
                 }
             }
         }
-        (Value::Array(r), Value::Array(k)) => {
-            for (i, (rv, kv)) in r.iter().zip(k).enumerate() {
-                unknown_fields(rv, kv, &format!("{path}[{i}]"), out);
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    unknown_fields(item, item_schema, &format!("{path}[{i}]"), out);
+                }
             }
         }
         _ => {}
     }
-}
-
-/// Maps whose keys are user data, not field names.
-fn is_free_form_map(path: &str) -> bool {
-    path.ends_with("matchLabels") || path.ends_with("byModel")
 }
 
 #[cfg(test)]
@@ -202,6 +215,7 @@ spec:
   warn: {after: 30m}
   action: {type: ScaleToZero, after: 1h}
   cost: {byModel: {"NVIDIA H100 80GB HBM3": 4.0}}
+  match: {kinds: [], namespaceSelector: {matchLabels: {gpu-tier: research}}}
 "#;
 
     fn problems(text: &str) -> Vec<FieldProblem> {

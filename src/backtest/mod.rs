@@ -140,7 +140,8 @@ struct Live {
     first_bucket: i64,
     last_bucket: i64,
     ladder: LadderState,
-    reaped: Option<(Timestamp, ActionType, f64)>,
+    /// When, how, at what hourly cost, and under which classification it was acted on.
+    reaped: Option<(Timestamp, ActionType, f64, &'static str)>,
     class_steps: BTreeMap<&'static str, u64>,
     /// Steps in which the workload held GPUs (reclaimed steps included).
     held_steps: u64,
@@ -223,7 +224,7 @@ pub fn run(
                 w.held_steps += 1;
             }
 
-            if let Some((at, action, hourly)) = w.reaped {
+            if let Some((at, action, hourly, class)) = w.reaped {
                 if !present || !holding || any_busy {
                     let until = now;
                     let hours = until.duration_since(at).as_secs_f64() / 3600.0;
@@ -243,6 +244,7 @@ pub fn run(
                         ..LadderState::default()
                     };
                 } else {
+                    *w.class_steps.entry(class).or_default() += 1;
                     w.record(bucket, max_activity, TimelineState::Reclaimed, options);
                     continue;
                 }
@@ -295,7 +297,12 @@ pub fn run(
                 }
                 Step::Act(action) | Step::WouldAct(action) => {
                     w.ladder.reaped_at = Some(now);
-                    w.reaped = Some((now, action, decision.hourly_usd));
+                    w.reaped = Some((
+                        now,
+                        action,
+                        decision.hourly_usd,
+                        decision.verdict.classification.as_str(),
+                    ));
                     recent_actions.push_back(now);
                 }
                 Step::RateLimited(_) => summary.rate_limited += 1,
@@ -307,7 +314,7 @@ pub fn run(
     let end = ts((trace.last_bucket + 1) * trace.step_seconds);
     let mut workloads = Vec::with_capacity(live.len());
     for mut w in live {
-        if let Some((at, action, hourly)) = w.reaped.take() {
+        if let Some((at, action, hourly, _)) = w.reaped.take() {
             let hours = end.duration_since(at).as_secs_f64() / 3600.0;
             let share = w.share_hint();
             w.outcome.actions.push(ActionOutcome {
