@@ -174,7 +174,9 @@ pub async fn validate(
                 warnings.push(w.to_string());
             }
             if answer["allowed"].as_bool() != Some(true) {
-                return Err(denial(&webhook_name, &answer["status"]));
+                let mut error = denial(&webhook_name, &answer["status"]);
+                error.warnings = warnings;
+                return Err(error);
             }
         }
     }

@@ -165,7 +165,7 @@ pub fn json_response(code: u16, value: &Value, warnings: &[String]) -> Response<
 }
 
 pub fn error_response(error: &ApiError) -> Response<Body> {
-    let mut response = json_response(error.code, &error.to_status(), &[]);
+    let mut response = json_response(error.code, &error.to_status(), &error.warnings);
     if error.code == 429 {
         response
             .headers_mut()
@@ -497,7 +497,7 @@ fn age(created: Option<&str>) -> String {
 }
 
 /// A meta.k8s.io/v1 Table with Name and Age columns (what `kubectl get` prints).
-fn table(objects: &[Value], rv: u64, continue_token: Option<String>) -> Value {
+pub fn table(objects: &[Value], rv: u64, continue_token: Option<String>) -> Value {
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {

@@ -13,6 +13,8 @@ pub struct ApiError {
     pub reason: String,
     pub message: String,
     pub details: Option<Value>,
+    /// `Warning` headers to send along (webhook warnings reach the client on denial too).
+    pub warnings: Vec<String>,
 }
 
 impl ApiError {
@@ -22,6 +24,7 @@ impl ApiError {
             reason: reason.into(),
             message: message.into(),
             details: None,
+            warnings: Vec::new(),
         }
     }
 

@@ -45,7 +45,7 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
         .and_then(|s| s.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(DEFAULT_TIMEOUT);
-    let metadata = req.wants() == Representation::Metadata;
+    let representation = req.wants();
     let rv_param = req.param("resourceVersion").unwrap_or("0");
     let t = target.t.clone();
     let version = target.version.clone();
@@ -60,10 +60,13 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
     let t = target.t.clone();
     let render = move |object: &Value| -> Value {
         let object = objects::for_version(&t, &version, object.clone());
-        if metadata {
-            metadata_only(&object)
-        } else {
-            object
+        match representation {
+            Representation::Full => object,
+            Representation::Metadata => metadata_only(&object),
+            Representation::Table => {
+                let rv = crate::store::object_rv(&object);
+                crate::http::table(std::slice::from_ref(&object), rv, None)
+            }
         }
     };
 

@@ -1,0 +1,606 @@
+//! Conformance suite: kubectl (a real client we did not write) drives kube-sim over
+//! HTTPS with a kubeconfig that embeds kube-sim's CA. Each test starts its own server.
+
+mod common;
+
+use common::{SAFETY, Webhook, crd, fixture, kubectl, kubectl_ok, pod_rules};
+use kube_sim::KubeSim;
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+async fn sim() -> KubeSim {
+    KubeSim::start().await.expect("kube-sim starts")
+}
+
+const POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  labels: {app: trainer, gpu: "true"}
+spec:
+  containers:
+  - name: main
+    image: pytorch/pytorch:2.4.0
+    resources:
+      limits: {nvidia.com/gpu: "1"}
+"#;
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.27
+"#;
+
+#[tokio::test]
+async fn kubectl_api_resources_lists_builtin_types_with_short_names() {
+    let sim = sim().await;
+    let out = kubectl_ok(&sim, &["api-resources", "--no-headers"], None).await;
+    for (name, short, api_version, kind) in [
+        ("pods", "po", "v1", "Pod"),
+        ("deployments", "deploy", "apps/v1", "Deployment"),
+        (
+            "poddisruptionbudgets",
+            "pdb",
+            "policy/v1",
+            "PodDisruptionBudget",
+        ),
+        (
+            "customresourcedefinitions",
+            "crd,crds",
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+        ),
+        ("leases", "", "coordination.k8s.io/v1", "Lease"),
+        ("resourceclaims", "", "resource.k8s.io/v1", "ResourceClaim"),
+    ] {
+        let found = out.lines().any(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            cols.first() == Some(&name)
+                && cols.contains(&api_version)
+                && cols.last() == Some(&kind)
+                && (short.is_empty() || cols.contains(&short))
+        });
+        assert!(found, "{name} missing from api-resources:\n{out}");
+    }
+}
+
+#[tokio::test]
+async fn kubectl_create_from_file_then_get_yaml_round_trips_the_object() {
+    let sim = sim().await;
+    let out = kubectl_ok(&sim, &["create", "-f", "-"], Some(POD)).await;
+    assert_eq!(out.trim(), "pod/trainer created");
+    let out = kubectl_ok(&sim, &["get", "pod", "trainer", "-o", "json"], None).await;
+    let pod: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
+    assert_eq!(pod["metadata"]["namespace"], "default");
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert!(
+        pod["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
+    assert!(
+        pod["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|rv| rv.parse::<u64>().is_ok())
+    );
+    let yaml = kubectl_ok(&sim, &["get", "pod", "trainer", "-o", "yaml"], None).await;
+    assert!(
+        yaml.contains("name: trainer") && yaml.contains("nvidia.com/gpu: \"1\""),
+        "{yaml}"
+    );
+    let table = kubectl_ok(&sim, &["get", "pods"], None).await;
+    assert!(
+        table.starts_with("NAME") && table.contains("trainer"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_create_of_an_existing_object_reports_already_exists() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(POD)).await;
+    let run = kubectl(&sim, &["create", "-f", "-"], Some(POD)).await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("Error from server (AlreadyExists)")
+            && run.stderr.contains("pods \"trainer\" already exists"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn kubectl_get_of_a_missing_object_reports_not_found() {
+    let sim = sim().await;
+    let run = kubectl(&sim, &["get", "pod", "ghost"], None).await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr
+            .contains("Error from server (NotFound): pods \"ghost\" not found"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn kubectl_label_selectors_filter_the_list() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(POD)).await;
+    kubectl_ok(
+        &sim,
+        &["create", "-f", "-"],
+        Some(
+            &POD.replace("trainer", "other")
+                .replace("gpu: \"true\"", "gpu: \"false\""),
+        ),
+    )
+    .await;
+    let out = kubectl_ok(&sim, &["get", "pods", "-l", "gpu=true", "-o", "name"], None).await;
+    assert_eq!(out.trim(), "pod/trainer");
+    let out = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app in (other,trainer),gpu!=true",
+            "-o",
+            "name",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(out.trim(), "pod/other");
+}
+
+#[tokio::test]
+async fn kubectl_apply_server_side_is_idempotent_and_reports_conflicts_with_other_managers() {
+    let sim = sim().await;
+    let out = kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", "-"],
+        Some(DEPLOYMENT),
+    )
+    .await;
+    assert_eq!(out.trim(), "deployment.apps/web serverside-applied");
+    let rv1 = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+        None,
+    )
+    .await;
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", "-"],
+        Some(DEPLOYMENT),
+    )
+    .await;
+    let rv2 = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+        None,
+    )
+    .await;
+    assert!(rv2.parse::<u64>().unwrap() >= rv1.parse::<u64>().unwrap());
+    let managers = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "deploy",
+            "web",
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[*].manager}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(managers.trim(), "kubectl");
+
+    // Another manager takes .spec.replicas; applying a different value now conflicts.
+    kubectl_ok(
+        &sim,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":5}}"#,
+            "--field-manager=hpa",
+        ],
+        None,
+    )
+    .await;
+    let run = kubectl(
+        &sim,
+        &["apply", "--server-side", "-f", "-"],
+        Some(DEPLOYMENT),
+    )
+    .await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr
+            .contains("Apply failed with 1 conflict: conflict with \"hpa\""),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains(".spec.replicas"), "{}", run.stderr);
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(DEPLOYMENT),
+    )
+    .await;
+    let replicas = kubectl_ok(
+        &sim,
+        &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+        None,
+    )
+    .await;
+    assert_eq!(replicas, "2");
+}
+
+#[tokio::test]
+async fn kubectl_patch_with_merge_and_json_patches_changes_the_object() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(DEPLOYMENT)).await;
+    let out = kubectl_ok(
+        &sim,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"tier":"gpu"}}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(out.trim(), "deployment.apps/web patched");
+    let out = kubectl_ok(
+        &sim,
+        &["patch", "deploy", "web", "--type=json", "-p", r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"nginx:1.28"}]"#],
+        None,
+    )
+    .await;
+    assert_eq!(out.trim(), "deployment.apps/web patched");
+    let deploy: Value = serde_json::from_str(
+        &kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"], None).await,
+    )
+    .unwrap();
+    assert_eq!(deploy["metadata"]["labels"]["tier"], "gpu");
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.28"
+    );
+    assert_eq!(
+        deploy["metadata"]["generation"], 2,
+        "only the spec change bumps generation"
+    );
+    let run = kubectl(
+        &sim,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "--type=json",
+            "-p",
+            r#"[{"op":"test","path":"/spec/replicas","value":7}]"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        !run.ok && run.stderr.contains("The request is invalid"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn kubectl_scale_sets_replicas_through_the_scale_subresource() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(DEPLOYMENT)).await;
+    let out = kubectl_ok(&sim, &["scale", "deploy", "web", "--replicas=0"], None).await;
+    assert_eq!(out.trim(), "deployment.apps/web scaled");
+    let replicas = kubectl_ok(
+        &sim,
+        &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+        None,
+    )
+    .await;
+    assert_eq!(replicas, "0");
+    let run = kubectl(
+        &sim,
+        &[
+            "scale",
+            "deploy",
+            "web",
+            "--replicas=3",
+            "--current-replicas=2",
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        !run.ok,
+        "a stale --current-replicas precondition must fail: {}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
+async fn kubectl_delete_removes_the_object() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(POD)).await;
+    let out = kubectl_ok(&sim, &["delete", "pod", "trainer", "--wait=false"], None).await;
+    assert_eq!(out.trim(), "pod \"trainer\" deleted");
+    assert!(sim.get("", "pods", "default", "trainer").is_none());
+    let run = kubectl(&sim, &["delete", "pod", "trainer"], None).await;
+    assert!(run.stderr.contains("NotFound"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn kubectl_delete_of_a_deployment_garbage_collects_its_replicaset() {
+    let sim = sim().await;
+    let deploy = sim
+        .seed(serde_yaml::from_str::<Value>(DEPLOYMENT).unwrap())
+        .unwrap();
+    sim.seed(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": "default", "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+            "uid": deploy["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+        }]},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}},
+    }))
+    .unwrap();
+    kubectl_ok(
+        &sim,
+        &["delete", "deploy", "web", "--cascade=foreground"],
+        None,
+    )
+    .await;
+    assert!(sim.get("apps", "replicasets", "default", "web-1").is_none());
+    assert!(sim.get("apps", "deployments", "default", "web").is_none());
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_prints_changes_as_they_happen() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(POD)).await;
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(sim.kubeconfig_path())
+        .args([
+            "get",
+            "pods",
+            "--watch",
+            "--output-watch-events",
+            "--no-headers",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || {
+        tokio::time::timeout(SAFETY, lines.next_line())
+            .await
+            .expect("kubectl printed a line in time")
+            .expect("read")
+            .expect("kubectl still running")
+    };
+    let columns = |line: String| {
+        line.split_whitespace()
+            .take(2)
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(columns(next().await), ["ADDED", "trainer"]);
+    kubectl_ok(&sim, &["label", "pod", "trainer", "phase=two"], None).await;
+    assert_eq!(columns(next().await), ["MODIFIED", "trainer"]);
+    kubectl_ok(&sim, &["delete", "pod", "trainer", "--wait=false"], None).await;
+    assert_eq!(columns(next().await), ["DELETED", "trainer"]);
+    child.kill().await.ok();
+}
+
+/// Kinds of the shared fixture manifests, with CRDs written here (open schemas).
+const FIXTURE_KINDS: [(&str, &str, &str, &str, &str); 4] = [
+    (
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "Workload",
+        "workloads",
+        "kueue__docs_concepts_workload.extracted-Workload.yaml",
+    ),
+    (
+        "ray.io",
+        "v1",
+        "RayCluster",
+        "rayclusters",
+        "kuberay__ray-cluster.verl.yaml",
+    ),
+    (
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "JobSet",
+        "jobsets",
+        "jobset__workload-aware-scheduling_dra_jobset.yaml",
+    ),
+    (
+        "kubeflow.org",
+        "v1",
+        "Notebook",
+        "notebooks",
+        "kubeflow-v1.10.0__notebook-controller_samples__v1_notebook.yaml",
+    ),
+];
+
+#[tokio::test]
+async fn kubectl_creates_crds_then_the_real_project_manifests_as_custom_objects() {
+    let sim = sim().await;
+    for (group, version, kind, plural, _) in FIXTURE_KINDS {
+        let out = kubectl_ok(
+            &sim,
+            &["create", "-f", "-"],
+            Some(&crd(group, version, kind, plural, true).to_string()),
+        )
+        .await;
+        assert_eq!(
+            out.trim(),
+            format!("customresourcedefinition.apiextensions.k8s.io/{plural}.{group} created")
+        );
+    }
+    kubectl_ok(
+        &sim,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=30s",
+        ],
+        None,
+    )
+    .await;
+    // `kubectl create namespace` sends protobuf (not supported); a manifest sends JSON.
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(&namespace.to_string())).await;
+    let mut found = 0;
+    for (group, _, _, plural, file) in FIXTURE_KINDS {
+        let Some(path) = fixture(&format!("manifests/{file}")) else {
+            eprintln!("skipping {file}: shared fixtures not found beside the repository");
+            continue;
+        };
+        found += 1;
+        let path = path.to_string_lossy().into_owned();
+        let out = kubectl_ok(&sim, &["create", "-f", &path], None).await;
+        assert!(
+            out.contains(&format!("{}.{group}/", plural.trim_end_matches('s'))),
+            "{out}"
+        );
+        let listed = kubectl_ok(
+            &sim,
+            &["get", &format!("{plural}.{group}"), "-A", "-o", "name"],
+            None,
+        )
+        .await;
+        assert_eq!(listed.lines().count(), 1, "{listed}");
+    }
+    if found == 0 {
+        eprintln!("no shared fixture manifests found: custom objects were not exercised");
+    }
+    // A custom object made here, through its scale subresource.
+    let object = json!({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "small"}, "spec": {"replicas": 1}});
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(&object.to_string())).await;
+    kubectl_ok(
+        &sim,
+        &["scale", "rayclusters.ray.io", "small", "--replicas=4"],
+        None,
+    )
+    .await;
+    let replicas = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "rayclusters.ray.io",
+            "small",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(replicas, "4");
+    // Deleting the CRD deletes its objects and stops serving the type.
+    kubectl_ok(&sim, &["delete", "crd", "rayclusters.ray.io"], None).await;
+    assert!(sim.list("ray.io", "rayclusters", None).is_empty());
+    let run = kubectl(&sim, &["get", "rayclusters.ray.io"], None).await;
+    assert!(!run.ok, "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn kubectl_prints_a_webhook_denial_and_its_warnings() {
+    let sim = sim().await;
+    let webhook = Webhook::start(|request| {
+        let gpus = request["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"].as_str();
+        if gpus.is_some_and(|g| g.parse::<u32>().unwrap_or(0) > 4) {
+            json!({"allowed": false, "status": {"code": 403, "message": "claims over 4 GPUs need a readiness attestation"}, "warnings": ["gpu-reaper is watching"]})
+        } else {
+            json!({"allowed": true, "warnings": ["idle GPUs are reclaimed after 30m"]})
+        }
+    })
+    .await;
+    let config = webhook.configuration("gpu-gate", pod_rules(), "Fail");
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(&config.to_string())).await;
+
+    let run = kubectl(&sim, &["create", "-f", "-"], Some(POD)).await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("Warning: idle GPUs are reclaimed after 30m"),
+        "{}",
+        run.stderr
+    );
+
+    let big = POD
+        .replace("trainer", "big")
+        .replace("nvidia.com/gpu: \"1\"", "nvidia.com/gpu: \"8\"");
+    let run = kubectl(&sim, &["create", "-f", "-"], Some(&big)).await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains(
+            "Error from server: error when creating \"STDIN\": admission webhook \"gpu-gate.gpu-reaper.test\" denied the request: claims over 4 GPUs need a readiness attestation"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("Warning: gpu-reaper is watching"),
+        "{}",
+        run.stderr
+    );
+    assert!(sim.get("", "pods", "default", "big").is_none());
+    let requests = webhook.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1]["request"]["operation"], "CREATE");
+    assert_eq!(
+        requests[1]["request"]["kind"],
+        json!({"group": "", "version": "v1", "kind": "Pod"})
+    );
+}
