@@ -150,6 +150,23 @@ fn has_owner(object: &Value, uid: &str) -> bool {
         })
 }
 
+/// Whether a write changes nothing but its resourceVersion and managedFields times.
+fn unchanged(current: &Value, new: &Value) -> bool {
+    let normalise = |o: &Value| {
+        let mut o = o.clone();
+        if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+            if let Some(Value::Array(entries)) = meta.get_mut("managedFields") {
+                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
+        }
+        o
+    };
+    normalise(current) == normalise(new)
+}
+
 fn finalizers(object: &Value) -> Vec<String> {
     object
         .pointer("/metadata/finalizers")
@@ -325,6 +342,10 @@ impl State {
                 &name,
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
+        }
+        if unchanged(current, &object) {
+            // Like kube-apiserver: a no-op write stores nothing and notifies no one.
+            return Ok(current.clone());
         }
         let rv = self.next_rv();
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
