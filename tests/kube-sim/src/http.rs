@@ -165,13 +165,7 @@ pub fn json_response(code: u16, value: &Value, warnings: &[String]) -> Response<
 }
 
 pub fn error_response(error: &ApiError) -> Response<Body> {
-    let mut response = json_response(error.code, &error.to_status(), &error.warnings);
-    if error.code == 429 {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    response
+    json_response(error.code, &error.to_status(), &error.warnings)
 }
 
 /// Parses the query string (`a=b&c=d`, percent-decoded).
@@ -288,7 +282,14 @@ fn forced_error(code: u16, is_watch: bool) -> Response<Body> {
         );
         return response;
     }
-    error_response(&error)
+    let mut response = error_response(&error);
+    if code == 429 {
+        // As kube-apiserver's max-in-flight limiter answers (PDB refusals carry none).
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 fn not_found_path() -> ApiError {

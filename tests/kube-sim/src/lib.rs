@@ -178,8 +178,14 @@ impl KubeSim {
 
     /// A `kube::Client` that trusts this server.
     pub async fn client(&self) -> Result<kube::Client, BoxError> {
+        Ok(kube::Client::try_from(self.config().await?)?)
+    }
+
+    /// The `kube::Config` behind [`KubeSim::client`], to adjust before building a
+    /// client (e.g. `default_retry = false` to see 429s and 504s instead of retries).
+    pub async fn config(&self) -> Result<kube::Config, BoxError> {
         let yaml = kubeconfig_yaml(&self.url, self.ca_pem.as_deref());
-        client_from_kubeconfig_yaml(&yaml).await
+        config_from_kubeconfig_yaml(&yaml).await
     }
 
     /// Stores an object directly (no admission), keeping its `status`, creating its
@@ -332,14 +338,16 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A `kube::Client` from kubeconfig text (also used for real clusters in tests).
 pub async fn client_from_kubeconfig_yaml(yaml: &str) -> Result<kube::Client, BoxError> {
+    Ok(kube::Client::try_from(
+        config_from_kubeconfig_yaml(yaml).await?,
+    )?)
+}
+
+async fn config_from_kubeconfig_yaml(yaml: &str) -> Result<kube::Config, BoxError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml)?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(kube::Client::try_from(config)?)
+    let options = kube::config::KubeConfigOptions::default();
+    Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
 }
 
 fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>) -> String {
