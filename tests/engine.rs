@@ -308,7 +308,7 @@ fn a_crash_looping_pod_bound_to_gpus_is_provisioning_idle_after_the_grace() {
     let d = eval(
         &r,
         &meta(0),
-        &[stuck.clone()],
+        std::slice::from_ref(&stuck),
         &[],
         &LadderState::default(),
         110,

@@ -1,6 +1,10 @@
 //! `ReadinessAttestation`: a team's proof that its data pipeline can feed the GPUs it asks
 //! for. The budget gate admits large GPU claims only with an approved, unexpired one.
 
+// kube's `printcolumn(...)` repeats `type_ =` per column, which clippy mistakes for a
+// duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;

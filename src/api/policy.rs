@@ -1,6 +1,10 @@
 //! `GpuPolicy`: which workloads gpu-reaper governs, what counts as idle, when to warn,
 //! what to do, what a GPU-hour costs, and the budget gate's admission rules.
 
+// kube's `printcolumn(...)` repeats `type_ =` per column, which clippy mistakes for a
+// duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};

@@ -52,6 +52,9 @@ pub fn read_samples<R: BufRead>(
     mut on_sample: impl FnMut(&RawSample<'_>) -> Result<(), String>,
 ) -> Result<u64, TraceError> {
     let mut buf = String::with_capacity(512);
+    // Samples of a series are usually consecutive: when a line starts with the previous
+    // line's `name{labels}`, skip re-scanning the label set.
+    let mut prev_series = String::with_capacity(512);
     let mut line_no = 0u64;
     let mut samples = 0u64;
     let err = |line: u64, message: String| TraceError {
@@ -72,7 +75,21 @@ pub fn read_samples<R: BufRead>(
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let sample = parse_line(line, line_no).map_err(|m| err(line_no, m))?;
+        let known = prev_series.len();
+        let sample = if known > 0
+            && line.len() > known
+            && line.as_bytes()[known] == b' '
+            && line.starts_with(prev_series.as_str())
+        {
+            parse_rest(line, known, line_no)
+        } else {
+            parse_line(line, line_no)
+        }
+        .map_err(|m| err(line_no, m))?;
+        if sample.series.len() != known {
+            prev_series.clear();
+            prev_series.push_str(sample.series);
+        }
         on_sample(&sample).map_err(|m| err(line_no, m))?;
         samples += 1;
     }
@@ -90,19 +107,28 @@ fn parse_line(line: &str, line_no: u64) -> Result<RawSample<'_>, String> {
     if !is_metric_name(metric) {
         return Err(format!("invalid metric name {:?}", clip(metric)));
     }
-    let (labels, rest_start) = if line.as_bytes()[name_end] == b'{' {
+    let series_end = if line.as_bytes()[name_end] == b'{' {
         let close =
             find_label_end(&line[name_end + 1..]).ok_or("unterminated label set: missing `}`")?;
-        (
-            &line[name_end + 1..name_end + 1 + close],
-            name_end + close + 2,
-        )
+        name_end + close + 2
     } else {
-        ("", name_end)
+        name_end
     };
-    let series = &line[..rest_start];
-    let rest = &line[rest_start..];
-    let rest = rest.split(" # ").next().unwrap_or(rest);
+    parse_rest(line, series_end, line_no)
+}
+
+/// Parses the value and timestamp after the series part `line[..series_end]`.
+fn parse_rest(line: &str, series_end: usize, line_no: u64) -> Result<RawSample<'_>, String> {
+    let series = &line[..series_end];
+    let (metric, labels) = match series.find('{') {
+        Some(open) => (&series[..open], &series[open + 1..series.len() - 1]),
+        None => (series, ""),
+    };
+    let rest = &line[series_end..];
+    let rest = match rest.find(" # ") {
+        Some(i) => &rest[..i],
+        None => rest,
+    };
     let mut fields = rest.split_ascii_whitespace();
     let value_text = fields.next().ok_or("missing sample value")?;
     let value = parse_float(value_text)

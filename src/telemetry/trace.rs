@@ -363,8 +363,9 @@ fn classify_series(
             let rs = require(&labels, "replicaset", s.metric)?;
             if let (Some(kind), Some(name)) =
                 (label(&labels, "owner_kind"), label(&labels, "owner_name"))
+                && kind != "<none>"
             {
-                if kind != "<none>" {
+                {
                     trace
                         .replicaset_owners
                         .insert((ns.into(), rs.into()), (kind.into(), name.into()));
@@ -400,12 +401,10 @@ fn classify_series(
                 "kube_pod_owner" => {
                     if let (Some(kind), Some(name)) =
                         (label(&labels, "owner_kind"), label(&labels, "owner_name"))
+                        && kind != "<none>"
+                        && label(&labels, "owner_is_controller") != Some("false")
                     {
-                        if kind != "<none>"
-                            && label(&labels, "owner_is_controller") != Some("false")
-                        {
-                            record.owner = Some((kind.into(), name.into()));
-                        }
+                        record.owner = Some((kind.into(), name.into()));
                     }
                     PodMetric::Seen
                 }
