@@ -159,7 +159,11 @@ pub fn run(
     let step = SignedDuration::from_secs(trace.step_seconds);
     let hours_per_step = trace.step_seconds as f64 / 3600.0;
     let mut live = build_workloads(&rules, policy, trace, step);
-    let unallocated_gpus = trace.gpus.iter().filter(|g| g.pod.is_empty()).count();
+    let bound: std::collections::HashSet<usize> =
+        live.iter().flat_map(|w| w.gpus.iter().copied()).collect();
+    let unallocated_gpus = (0..trace.gpus.len())
+        .filter(|i| !bound.contains(i) && trace.gpus[*i].pod_unallocated())
+        .count();
     let mut recent_actions: VecDeque<Timestamp> = VecDeque::new();
     let mut summary = Summary {
         unallocated_gpus,
@@ -244,7 +248,9 @@ pub fn run(
                         ..LadderState::default()
                     };
                 } else {
+                    // Reclaimed time was idle time: it counts in both.
                     *w.class_steps.entry(class).or_default() += 1;
+                    w.outcome.idle_gpu_hours += w.share_hint() * hours_per_step;
                     w.record(bucket, max_activity, TimelineState::Reclaimed, options);
                     continue;
                 }
@@ -336,8 +342,8 @@ pub fn run(
         o.warned_at = o.warnings.first().copied();
         o.acted_at = o.actions.first().map(|a| a.at);
         o.action = o.actions.first().map(|a| a.action);
-        o.reclaimed_gpu_hours = o.actions.iter().map(|a| a.reclaimed_gpu_hours).sum();
-        o.reclaimed_usd = o.actions.iter().map(|a| a.reclaimed_usd).sum();
+        o.reclaimed_gpu_hours = sum(o.actions.iter().map(|a| a.reclaimed_gpu_hours));
+        o.reclaimed_usd = sum(o.actions.iter().map(|a| a.reclaimed_usd));
         o.regret = o.actions.iter().any(|a| a.regret);
         summary.gpu_hours += w.held_steps as f64 * hours_per_step * w.share_hint();
         workloads.push(w.outcome);
@@ -346,9 +352,9 @@ pub fn run(
         .sort_by(|a, b| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)));
     summary.workloads = workloads.len();
     summary.governed_gpus = workloads.iter().map(|w| w.gpus).sum();
-    summary.idle_gpu_hours = workloads.iter().map(|w| w.idle_gpu_hours).sum();
-    summary.reclaimed_gpu_hours = workloads.iter().map(|w| w.reclaimed_gpu_hours).sum();
-    summary.reclaimed_usd = workloads.iter().map(|w| w.reclaimed_usd).sum();
+    summary.idle_gpu_hours = sum(workloads.iter().map(|w| w.idle_gpu_hours));
+    summary.reclaimed_gpu_hours = sum(workloads.iter().map(|w| w.reclaimed_gpu_hours));
+    summary.reclaimed_usd = sum(workloads.iter().map(|w| w.reclaimed_usd));
     summary.warnings = workloads.iter().map(|w| w.warnings.len()).sum();
     summary.actions = workloads.iter().map(|w| w.actions.len()).sum();
     summary.regrets = workloads
@@ -370,6 +376,16 @@ pub fn run(
         workloads,
         summary,
     }
+}
+
+/// A float sum that is `0.0`, not `-0.0`, when empty (std's starts from `-0.0`).
+fn sum(values: impl Iterator<Item = f64>) -> f64 {
+    values.fold(0.0, |a, b| a + b)
+}
+
+/// The DCGM exporter's own pod (`nvidia-dcgm-exporter-…`, `dcgm-exporter-…`).
+fn is_exporter_pod(pod: &str) -> bool {
+    pod.contains("dcgm-exporter")
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -431,14 +447,15 @@ fn build_workloads(
             .or_default()
             .push(i);
     }
-    // Root workload of each pod that holds GPUs (requested, or seen in DCGM).
+    // Root workload of each pod that requests GPUs. A pod kube-state-metrics knows without
+    // GPU requests holds none: DCGM series labelled with it are the exporter's own.
     let mut groups: BTreeMap<(String, String, String), Vec<usize>> = BTreeMap::new();
-    for (i, p) in trace.pods.iter().enumerate() {
-        let has_gpus = p.gpu_devices() > 0
-            || gpus_by_pod.contains_key(&(p.namespace.as_str(), p.name.as_str()));
-        if !has_gpus {
-            continue;
-        }
+    for (i, p) in trace
+        .pods
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.gpu_devices() > 0)
+    {
         let (kind, name) = match &p.owner {
             None => ("Pod".to_string(), p.name.clone()),
             Some((k, n)) if k == "ReplicaSet" => trace
@@ -453,10 +470,11 @@ fn build_workloads(
             .or_default()
             .push(i);
     }
-    // DCGM series whose pod kube-state-metrics never reported: a bare pod of their own.
+    // DCGM series whose pod kube-state-metrics never reported: a bare pod of their own,
+    // unless the pod is the exporter itself (GPUs without a workload carry its labels).
     let mut orphan_pods: Vec<(String, String)> = gpus_by_pod
         .keys()
-        .filter(|k| !pods_by_key.contains_key(*k))
+        .filter(|k| !pods_by_key.contains_key(*k) && !is_exporter_pod(k.1))
         .map(|(ns, pod)| (ns.to_string(), pod.to_string()))
         .collect();
     orphan_pods.sort();

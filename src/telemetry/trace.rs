@@ -87,6 +87,13 @@ pub struct GpuSeries {
     pub pcie_rx: Column,
 }
 
+impl GpuSeries {
+    /// Not bound to a workload: no pod label, or only the DCGM exporter's own.
+    pub fn pod_unallocated(&self) -> bool {
+        self.pod.is_empty() || self.pod.contains("dcgm-exporter")
+    }
+}
+
 /// Phase codes stored in [`PodRecord::phase`].
 pub const PHASE_RUNNING: f32 = 0.0;
 pub const PHASE_PENDING: f32 = 1.0;
