@@ -76,17 +76,17 @@ pub fn read_samples<R: BufRead>(
             continue;
         }
         let known = prev_series.len();
-        let sample = if known > 0
+        let same_series = known > 0
             && line.len() > known
             && line.as_bytes()[known] == b' '
-            && line.starts_with(prev_series.as_str())
-        {
+            && line.starts_with(prev_series.as_str());
+        let sample = if same_series {
             parse_rest(line, known, line_no)
         } else {
             parse_line(line, line_no)
         }
         .map_err(|m| err(line_no, m))?;
-        if sample.series.len() != known {
+        if !same_series {
             prev_series.clear();
             prev_series.push_str(sample.series);
         }
@@ -310,6 +310,22 @@ mod tests {
         assert_eq!(labels[2].1, "back\\slash");
         assert!(parse_labels("a=unquoted").is_err());
         assert!(parse_labels("a=\"open").is_err());
+    }
+
+    #[test]
+    fn consecutive_series_of_equal_length_are_told_apart() {
+        let got = collect("a{x=\"1\"} 1 10\na{x=\"1\"} 2 20\na{x=\"2\"} 3 10\na{x=\"2\"} 4 20\n")
+            .unwrap();
+        let labels: Vec<_> = got.iter().map(|s| (s.1.as_str(), s.2)).collect();
+        assert_eq!(
+            labels,
+            [
+                ("x=\"1\"", 1.0),
+                ("x=\"1\"", 2.0),
+                ("x=\"2\"", 3.0),
+                ("x=\"2\"", 4.0)
+            ]
+        );
     }
 
     #[test]
