@@ -143,7 +143,7 @@ pub struct Trace {
     /// First and last bucket of any sample.
     pub first_bucket: i64,
     pub last_bucket: i64,
-    /// Samples read.
+    /// Samples kept (samples of skipped families are not counted).
     pub samples: u64,
 }
 
@@ -184,49 +184,64 @@ struct SeriesState {
     last_timestamp: f64,
 }
 
-/// Reads an OpenMetrics trace into memory, bucketing samples by `step_seconds`.
-pub fn read_trace<R: BufRead>(
-    input: R,
-    source: &str,
-    options: &ReadOptions,
-) -> Result<Trace, TraceError> {
-    let mut trace = Trace {
-        step_seconds: options.step_seconds.max(1),
-        first_bucket: i64::MAX,
-        last_bucket: i64::MIN,
-        ..Trace::default()
-    };
-    let mut series: HashMap<String, SeriesState> = HashMap::new();
-    let mut gpu_index: HashMap<(String, String, String), usize> = HashMap::new();
-    let mut pod_index: HashMap<(String, String), usize> = HashMap::new();
-    // Samples of one series are contiguous in OpenMetrics: remember the last series to
-    // skip the hash lookup on almost every line.
-    let mut last_series = String::new();
-    let mut last_state: Option<SeriesState> = None;
+/// Builds a [`Trace`] from samples fed in any series order (each series' samples in
+/// increasing time): from an OpenMetrics file ([`read_trace`]) or Prometheus answers.
+pub struct TraceBuilder {
+    trace: Trace,
+    skip_unknown_metrics: bool,
+    series: HashMap<String, SeriesState>,
+    gpu_index: HashMap<(String, String, String), usize>,
+    pod_index: HashMap<(String, String), usize>,
+    // Samples of one series are usually contiguous: remember the last series to skip the
+    // hash lookup on almost every sample.
+    last_series: String,
+    last_state: Option<SeriesState>,
+}
 
-    let samples = read_samples(input, source, |s: &RawSample<'_>| {
-        if last_series != s.series {
-            if let Some(state) = last_state.take() {
-                series.insert(std::mem::take(&mut last_series), state);
+impl TraceBuilder {
+    pub fn new(options: &ReadOptions) -> Self {
+        Self {
+            trace: Trace {
+                step_seconds: options.step_seconds.max(1),
+                first_bucket: i64::MAX,
+                last_bucket: i64::MIN,
+                ..Trace::default()
+            },
+            skip_unknown_metrics: options.skip_unknown_metrics,
+            series: HashMap::new(),
+            gpu_index: HashMap::new(),
+            pod_index: HashMap::new(),
+            last_series: String::new(),
+            last_state: None,
+        }
+    }
+
+    /// Adds one sample; the error says what is wrong with it (the caller adds where).
+    pub fn add(&mut self, s: &RawSample<'_>) -> Result<(), String> {
+        if self.last_series != s.series {
+            if let Some(state) = self.last_state.take() {
+                self.series
+                    .insert(std::mem::take(&mut self.last_series), state);
             }
-            let state = match series.remove(s.series) {
+            let state = match self.series.remove(s.series) {
                 Some(state) => state,
                 None => SeriesState {
                     target: classify_series(
                         s,
-                        options,
-                        &mut trace,
-                        &mut gpu_index,
-                        &mut pod_index,
+                        self.skip_unknown_metrics,
+                        &mut self.trace,
+                        &mut self.gpu_index,
+                        &mut self.pod_index,
                     )?,
                     last_timestamp: f64::NEG_INFINITY,
                 },
             };
-            last_series.clear();
-            last_series.push_str(s.series);
-            last_state = Some(state);
+            self.last_series.clear();
+            self.last_series.push_str(s.series);
+            self.last_state = Some(state);
         }
-        let state = last_state.as_mut().expect("set above");
+        let trace = &mut self.trace;
+        let state = self.last_state.as_mut().expect("set above");
         if s.timestamp <= state.last_timestamp {
             return Err(format!(
                 "timestamps of series {} go backwards ({} after {}): samples of a series must be in increasing time order",
@@ -250,36 +265,47 @@ pub fn read_trace<R: BufRead>(
             }
             Target::Pod(i, m) => {
                 let p = &mut trace.pods[i];
-                if p.first_bucket > bucket || p.last_bucket < bucket || p.last_bucket == i64::MIN {
-                    p.first_bucket = p.first_bucket.min(bucket);
-                    p.last_bucket = p.last_bucket.max(bucket);
-                }
+                p.first_bucket = p.first_bucket.min(bucket);
+                p.last_bucket = p.last_bucket.max(bucket);
                 match m {
-                    PodMetric::Seen => {}
+                    PodMetric::Seen | PodMetric::Request => {}
                     PodMetric::Created => p.created = Some(s.value as i64),
-                    PodMetric::Request => {}
                     PodMetric::Waiting(reason) if s.value >= 1.0 => {
                         p.waiting.put(bucket, reason as f32, |_, n| n)
                     }
-                    PodMetric::Waiting(_) => {}
                     PodMetric::Phase(code) if s.value >= 1.0 => p.phase.put(bucket, code, |_, n| n),
-                    PodMetric::Phase(_) => {}
+                    PodMetric::Waiting(_) | PodMetric::Phase(_) => {}
                 }
             }
         }
         trace.first_bucket = trace.first_bucket.min(bucket);
         trace.last_bucket = trace.last_bucket.max(bucket);
+        trace.samples += 1;
         Ok(())
-    })?;
-    trace.samples = samples;
-    if samples == 0 || trace.first_bucket > trace.last_bucket {
-        return Err(TraceError {
-            source: source.into(),
-            line: 0,
-            message: "no samples: the trace is empty".into(),
-        });
     }
-    Ok(trace)
+
+    /// The trace, or an error when no sample was added.
+    pub fn finish(self, source: &str) -> Result<Trace, TraceError> {
+        if self.trace.samples == 0 || self.trace.first_bucket > self.trace.last_bucket {
+            return Err(TraceError {
+                source: source.into(),
+                line: 0,
+                message: "no samples: the trace is empty".into(),
+            });
+        }
+        Ok(self.trace)
+    }
+}
+
+/// Reads an OpenMetrics trace into memory, bucketing samples by `step_seconds`.
+pub fn read_trace<R: BufRead>(
+    input: R,
+    source: &str,
+    options: &ReadOptions,
+) -> Result<Trace, TraceError> {
+    let mut builder = TraceBuilder::new(options);
+    read_samples(input, source, |s| builder.add(s))?;
+    builder.finish(source)
 }
 
 fn label<'a>(labels: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -300,7 +326,7 @@ fn require<'a>(
 
 fn classify_series(
     s: &RawSample<'_>,
-    options: &ReadOptions,
+    skip_unknown_metrics: bool,
     trace: &mut Trace,
     gpu_index: &mut HashMap<(String, String, String), usize>,
     pod_index: &mut HashMap<(String, String), usize>,
@@ -314,7 +340,7 @@ fn classify_series(
         _ => None,
     };
     if !KNOWN_METRICS.contains(&s.metric) {
-        return if options.skip_unknown_metrics {
+        return if skip_unknown_metrics {
             Ok(Target::Skip)
         } else {
             Err(format!(
