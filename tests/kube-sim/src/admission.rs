@@ -215,7 +215,11 @@ fn review(
     dry_run: bool,
 ) -> Value {
     let t = &target.t;
-    let kind = json!({"group": t.group, "version": target.version, "kind": t.kind});
+    let kind = match target.sub.as_deref() {
+        Some("eviction") => json!({"group": "policy", "version": "v1", "kind": "Eviction"}),
+        Some("scale") => json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}),
+        _ => json!({"group": t.group, "version": target.version, "kind": t.kind}),
+    };
     let resource = json!({"group": t.group, "version": target.version, "resource": t.plural});
     let options = match operation {
         Operation::Create => json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),

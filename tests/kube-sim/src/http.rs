@@ -600,7 +600,7 @@ fn list(shared: &Shared, req: &Req, target: &Target) -> Result<Response<Body>, A
         None => 0,
     };
     let continued = req.param("continue").map(decode_continue).transpose()?;
-    let mut items = Vec::new();
+    let mut items: Vec<std::sync::Arc<Value>> = Vec::new();
     let mut next = None;
     let rv;
     {
@@ -633,7 +633,7 @@ fn list(shared: &Shared, req: &Req, target: &Target) -> Result<Response<Body>, A
             .unwrap_or_else(|| state.resource_version());
         let after = continued.as_ref().map(|(_, key)| key);
         let mut iter = state
-            .list(
+            .list_shared(
                 &target.t.group,
                 &target.t.plural,
                 target.namespace.as_deref(),
@@ -651,32 +651,75 @@ fn list(shared: &Shared, req: &Req, target: &Target) -> Result<Response<Body>, A
             next = None;
         }
     }
+    // Serialised after the lock is released, without copying the objects.
     let continue_token = next.map(|(ns, name)| encode_continue(rv, &ns, &name));
-    let items: Vec<Value> = items
-        .into_iter()
-        .map(|o| objects::for_version(&target.t, &target.version, o))
-        .collect();
-    let response = match req.wants() {
-        Representation::Table => table(&items, rv, continue_token),
-        representation => {
-            let mut metadata = json!({"resourceVersion": rv.to_string()});
-            if let Some(token) = continue_token {
-                metadata["continue"] = json!(token);
-            }
-            if representation == Representation::Metadata {
-                let items: Vec<Value> = items.iter().map(metadata_only).collect();
-                json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items})
-            } else {
-                json!({
-                    "kind": target.t.list_kind,
-                    "apiVersion": target.t.api_version(&target.version),
-                    "metadata": metadata,
-                    "items": items,
-                })
-            }
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(token) = &continue_token {
+        metadata["continue"] = json!(token);
+    }
+    let storage_version = target.version == target.t.storage_version();
+    let converted = |o: &Value| objects::for_version(&target.t, &target.version, o.clone());
+    let (kind, api_version, rendered): (String, String, Vec<Value>) = match req.wants() {
+        Representation::Table => {
+            let objects: Vec<Value> = items.iter().map(|o| converted(o)).collect();
+            return Ok(json_response(
+                200,
+                &table(&objects, rv, continue_token),
+                &[],
+            ));
         }
+        Representation::Metadata => (
+            "PartialObjectMetadataList".into(),
+            "meta.k8s.io/v1".into(),
+            items.iter().map(|o| metadata_only(o)).collect(),
+        ),
+        Representation::Full if storage_version => (
+            target.t.list_kind.clone(),
+            target.t.api_version(&target.version),
+            Vec::new(),
+        ),
+        Representation::Full => (
+            target.t.list_kind.clone(),
+            target.t.api_version(&target.version),
+            items.iter().map(|o| converted(o)).collect(),
+        ),
     };
-    Ok(json_response(200, &response, &[]))
+    let mut body = Vec::with_capacity(64 + items.len() * 1024);
+    body.extend_from_slice(b"{\"kind\":");
+    let _ = serde_json::to_writer(&mut body, &kind);
+    body.extend_from_slice(b",\"apiVersion\":");
+    let _ = serde_json::to_writer(&mut body, &api_version);
+    body.extend_from_slice(b",\"metadata\":");
+    let _ = serde_json::to_writer(&mut body, &metadata);
+    body.extend_from_slice(b",\"items\":[");
+    let mut write_item = |i: usize, item: &Value| {
+        if i > 0 {
+            body.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut body, item);
+    };
+    if rendered.is_empty() {
+        for (i, item) in items.iter().enumerate() {
+            write_item(i, item);
+        }
+    } else {
+        for (i, item) in rendered.iter().enumerate() {
+            write_item(i, item);
+        }
+    }
+    body.extend_from_slice(b"]}");
+    Ok(bytes_response(200, body))
+}
+
+/// A 200-style response with a body already serialised as JSON.
+fn bytes_response(code: u16, body: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn ctx<'a>(
@@ -1240,17 +1283,17 @@ async fn evict(
             .pointer("/deleteOptions/dryRun")
             .and_then(Value::as_array)
             .is_some_and(|d| d.iter().any(|v| v == "All"));
-    let pod_target = Target {
-        sub: None,
-        ..target.clone()
-    };
+    // Like kube-apiserver: the eviction is admitted as a CREATE of pods/eviction.
+    let mut eviction = body.clone();
+    eviction["apiVersion"] = json!("policy/v1");
+    eviction["kind"] = json!("Eviction");
     admission::validate(
         shared,
-        &pod_target,
-        Operation::Delete,
+        target,
+        Operation::Create,
         target.name(),
+        Some(&eviction),
         None,
-        Some(&pod),
         dry_run,
     )
     .await?;

@@ -42,7 +42,10 @@ pub struct Event {
     pub resource: String,
     pub namespace: String,
     pub kind: EventKind,
-    pub object: Value,
+    /// Shared with the store: events cost no copy of the object.
+    pub object: Arc<Value>,
+    /// The object before a MODIFIED event (selector-filtered watches need it).
+    pub old: Option<Arc<Value>>,
 }
 
 /// How dependents are treated when their owner goes (`propagationPolicy`).
@@ -62,7 +65,7 @@ type ObjectKey = (String, String);
 pub struct State {
     rv: u64,
     types: Vec<ResourceType>,
-    objects: HashMap<TypeKey, BTreeMap<ObjectKey, Value>>,
+    objects: HashMap<TypeKey, BTreeMap<ObjectKey, Arc<Value>>>,
     history: VecDeque<Arc<Event>>,
     history_limit: usize,
     /// Watches must start at or after this resourceVersion; older ones get 410 Gone.
@@ -226,6 +229,7 @@ impl State {
         self.objects
             .get(&(group.to_string(), plural.to_string()))?
             .get(&(namespace.to_string(), name.to_string()))
+            .map(Arc::as_ref)
     }
 
     /// Objects of a type, sorted by namespace then name, starting after `after`
@@ -237,6 +241,18 @@ impl State {
         namespace: Option<&'a str>,
         after: Option<&'a ObjectKey>,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Value)> + 'a {
+        self.list_shared(group, plural, namespace, after)
+            .map(|(k, v)| (k, v.as_ref()))
+    }
+
+    /// Like [`State::list`], with the shared objects (cheap to keep after the lock).
+    pub fn list_shared<'a>(
+        &'a self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&'a str>,
+        after: Option<&'a ObjectKey>,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + 'a {
         let objects = self.objects.get(&(group.to_string(), plural.to_string()));
         let start = match after {
             Some(key) => std::ops::Bound::Excluded(key.clone()),
@@ -278,7 +294,13 @@ impl State {
         self.rv
     }
 
-    fn emit(&mut self, t: &ResourceType, kind: EventKind, object: Value) {
+    fn emit(
+        &mut self,
+        t: &ResourceType,
+        kind: EventKind,
+        object: Arc<Value>,
+        old: Option<Arc<Value>>,
+    ) {
         let event = Arc::new(Event {
             rv: self.rv,
             group: t.group.clone(),
@@ -286,6 +308,7 @@ impl State {
             namespace: meta_str(&object, "namespace").to_string(),
             kind,
             object,
+            old,
         });
         self.history.push_back(event.clone());
         self.trim_history();
@@ -310,11 +333,12 @@ impl State {
         if t.is("apiextensions.k8s.io", "customresourcedefinitions") {
             object["status"] = resources::crd_status(&object, &now_rfc3339());
         }
+        let shared = Arc::new(object.clone());
         self.objects
             .entry(key)
             .or_default()
-            .insert((namespace, name), object.clone());
-        self.emit(t, EventKind::Added, object.clone());
+            .insert((namespace, name), shared.clone());
+        self.emit(t, EventKind::Added, shared, None);
         if t.is("apiextensions.k8s.io", "customresourcedefinitions") {
             self.refresh_custom_types();
         }
@@ -360,11 +384,13 @@ impl State {
             );
             return Ok(object);
         }
-        self.objects
+        let shared = Arc::new(object.clone());
+        let old = self
+            .objects
             .entry((t.group.clone(), t.plural.clone()))
             .or_default()
-            .insert((namespace, name), object.clone());
-        self.emit(t, EventKind::Modified, object.clone());
+            .insert((namespace, name), shared.clone());
+        self.emit(t, EventKind::Modified, shared, old);
         if t.is("apiextensions.k8s.io", "customresourcedefinitions") {
             self.refresh_custom_types();
         }
@@ -431,11 +457,13 @@ impl State {
             }
             let rv = self.next_rv();
             marked["metadata"]["resourceVersion"] = json!(rv.to_string());
-            self.objects
+            let shared = Arc::new(marked.clone());
+            let old = self
+                .objects
                 .entry((t.group.clone(), t.plural.clone()))
                 .or_default()
-                .insert((namespace.to_string(), name.to_string()), marked.clone());
-            self.emit(t, EventKind::Modified, marked.clone());
+                .insert((namespace.to_string(), name.to_string()), shared.clone());
+            self.emit(t, EventKind::Modified, shared, old);
             return Ok(marked);
         }
         let removed = self.remove_now(t, namespace, name, None, propagation);
@@ -457,10 +485,10 @@ impl State {
             .objects
             .get_mut(&(t.group.clone(), t.plural.clone()))?
             .remove(&(namespace.to_string(), name.to_string()))?;
-        let mut object = last.unwrap_or(removed);
+        let mut object = last.unwrap_or_else(|| Arc::unwrap_or_clone(removed));
         let rv = self.next_rv();
         object["metadata"]["resourceVersion"] = json!(rv.to_string());
-        self.emit(t, EventKind::Deleted, object.clone());
+        self.emit(t, EventKind::Deleted, Arc::new(object.clone()), None);
         let uid = meta_str(&object, "uid").to_string();
         if t.is("apiextensions.k8s.io", "customresourcedefinitions") {
             if let Some(gone) = self

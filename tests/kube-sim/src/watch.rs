@@ -17,7 +17,7 @@ use crate::Shared;
 use crate::http::{Body, Representation, Req, Target, metadata_only, selectors};
 use crate::objects;
 use crate::status::ApiError;
-use crate::store::Event;
+use crate::store::{Event, EventKind};
 
 /// Longest watch the server keeps open when the client asks for none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -73,15 +73,15 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
     let (initial, past, receiver, start_rv) = {
         let state = shared.store.lock();
         if send_initial || rv_param == "0" {
-            let initial: Vec<Value> = state
-                .list(
+            let initial: Vec<Arc<Value>> = state
+                .list_shared(
                     &target.t.group,
                     &target.t.plural,
                     target.namespace.as_deref(),
                     None,
                 )
                 .filter(|((ns, _), o)| matches(&target.t.group, &target.t.plural, ns, o))
-                .map(|(_, o)| render(o))
+                .map(|(_, o)| o.clone())
                 .collect();
             (
                 initial,
@@ -130,7 +130,7 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
     tokio::spawn(async move {
         let send = |bytes: Bytes| tx.send(Ok(Frame::data(bytes)));
         for object in &initial {
-            if send(line("ADDED", object)).await.is_err() {
+            if send(line("ADDED", &render(object))).await.is_err() {
                 return;
             }
         }
@@ -138,14 +138,31 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
             return;
         }
         let mut last_rv = start_rv;
+        // Like the watch cache: an object moving into a selector is ADDED for this
+        // watcher, one moving out is DELETED (with its previous content).
         let deliver = |event: &Event| -> Option<Bytes> {
-            matches(
+            let now = matches(
                 &event.group,
                 &event.resource,
                 &event.namespace,
                 &event.object,
-            )
-            .then(|| line(event.kind.as_str(), &render(&event.object)))
+            );
+            let before = event
+                .old
+                .as_ref()
+                .map(|old| matches(&event.group, &event.resource, &event.namespace, old));
+            match (event.kind, before, now) {
+                (EventKind::Modified, Some(false), true) => {
+                    Some(line("ADDED", &render(&event.object)))
+                }
+                (EventKind::Modified, Some(true), false) => {
+                    let mut old = event.old.as_deref().cloned().unwrap_or_default();
+                    old["metadata"]["resourceVersion"] = json!(event.rv.to_string());
+                    Some(line("DELETED", &render(&old)))
+                }
+                (_, _, true) => Some(line(event.kind.as_str(), &render(&event.object))),
+                _ => None,
+            }
         };
         for event in past {
             last_rv = event.rv;

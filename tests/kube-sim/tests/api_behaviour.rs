@@ -692,3 +692,47 @@ async fn dropping_watches_breaks_open_watch_streams() {
         .expect("the stream ended in time");
     assert!(matches!(end, None | Some(Err(_))), "{end:?}");
 }
+
+#[tokio::test]
+async fn a_label_selected_watch_sees_objects_move_in_and_out_of_its_selector() {
+    let (sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = cms
+        .watch(
+            &WatchParams::default().labels("gpu=yes").disable_bookmarks(),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    sim.seed(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"gpu": "no"}}})).unwrap();
+    for value in ["yes", "no"] {
+        cms.patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"gpu": value}}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut next = async || {
+        tokio::time::timeout(SAFETY, stream.try_next())
+            .await
+            .expect("in time")
+            .unwrap()
+            .unwrap()
+    };
+    assert!(
+        matches!(next().await, WatchEvent::Added(ref c) if c.metadata.labels.as_ref().unwrap()["gpu"] == "yes")
+    );
+    assert!(
+        matches!(next().await, WatchEvent::Deleted(ref c) if c.metadata.labels.as_ref().unwrap()["gpu"] == "yes")
+    );
+}

@@ -604,3 +604,80 @@ async fn kubectl_prints_a_webhook_denial_and_its_warnings() {
         json!({"group": "", "version": "v1", "kind": "Pod"})
     );
 }
+
+#[tokio::test]
+async fn kubectl_client_side_apply_creates_configures_and_leaves_unchanged() {
+    let sim = sim().await;
+    let out = kubectl_ok(&sim, &["apply", "-f", "-"], Some(DEPLOYMENT)).await;
+    assert_eq!(out.trim(), "deployment.apps/web created");
+    let out = kubectl_ok(&sim, &["apply", "-f", "-"], Some(DEPLOYMENT)).await;
+    assert_eq!(out.trim(), "deployment.apps/web unchanged");
+    let changed = DEPLOYMENT.replace("nginx:1.27", "nginx:1.28");
+    let out = kubectl_ok(&sim, &["apply", "-f", "-"], Some(&changed)).await;
+    assert_eq!(out.trim(), "deployment.apps/web configured");
+    let image = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(image, "nginx:1.28");
+    let out = kubectl_ok(&sim, &["delete", "-f", "-"], Some(DEPLOYMENT)).await;
+    assert_eq!(out.trim(), "deployment.apps \"web\" deleted");
+}
+
+#[tokio::test]
+async fn kubectl_dry_run_server_does_not_store_the_object() {
+    let sim = sim().await;
+    let out = kubectl_ok(&sim, &["create", "--dry-run=server", "-f", "-"], Some(POD)).await;
+    assert_eq!(out.trim(), "pod/trainer created (server dry run)");
+    assert!(sim.get("", "pods", "default", "trainer").is_none());
+}
+
+#[tokio::test]
+async fn the_binary_serves_kubectl_through_the_kubeconfig_it_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["--port", "0", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kube-sim binary");
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let serving = tokio::time::timeout(SAFETY, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("kube-sim serving on https://127.0.0.1:") {
+                return line;
+            }
+        }
+        panic!("the binary exited before serving");
+    })
+    .await
+    .expect("the binary started in time");
+    assert!(kubeconfig.exists(), "{serving}");
+    let output = tokio::time::timeout(
+        SAFETY,
+        tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "namespaces", "-o", "name"])
+            .output(),
+    )
+    .await
+    .expect("kubectl finished in time")
+    .expect("kubectl ran");
+    let names = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        names.contains("namespace/default") && names.contains("namespace/kube-system"),
+        "{names}"
+    );
+    server.kill().await.ok();
+}
