@@ -23,6 +23,54 @@ pub enum Command {
     /// Replay recorded telemetry through a policy: what it would have warned about, what
     /// it would have reclaimed, and what it would have regretted.
     Backtest(BacktestArgs),
+    /// Read-only waste report of the last hours from Prometheus: idle GPU-hours by shape
+    /// and namespace, dollars, top offenders. Changes nothing.
+    Audit(AuditArgs),
+}
+
+/// Where Prometheus is and how to talk to it.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PrometheusArgs {
+    /// Prometheus (or Thanos/Mimir query) base URL.
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// Bearer token file, re-read on every request.
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_BEARER_TOKEN_FILE")]
+    pub prometheus_bearer_token_file: Option<PathBuf>,
+    /// Extra CA bundle (PEM) to trust for Prometheus.
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_CA_FILE")]
+    pub prometheus_ca_file: Option<PathBuf>,
+    /// Per-request timeout (Go duration).
+    #[arg(long, default_value = "30s", env = "GPU_REAPER_PROMETHEUS_TIMEOUT")]
+    pub prometheus_timeout: String,
+    /// Length of history pulled per query (Go duration); shorter keeps answers small.
+    #[arg(long, default_value = "2h", env = "GPU_REAPER_PROMETHEUS_CHUNK")]
+    pub prometheus_chunk: String,
+    /// Largest Prometheus answer accepted, bytes.
+    #[arg(long, default_value_t = 256 << 20, env = "GPU_REAPER_PROMETHEUS_MAX_RESPONSE_BYTES")]
+    pub prometheus_max_response_bytes: usize,
+    /// Retries of a failed query (connection errors, 429, 5xx).
+    #[arg(long, default_value_t = 2, env = "GPU_REAPER_PROMETHEUS_RETRIES")]
+    pub prometheus_retries: u32,
+}
+
+/// `gpu-reaper audit`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// How far back to look (Go duration).
+    #[arg(long, default_value = "24h", env = "GPU_REAPER_SINCE")]
+    pub since: String,
+    /// Idle rules and prices from this GpuPolicy (default: the bundled sample's).
+    #[arg(long, env = "GPU_REAPER_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// How many top offenders to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table, env = "GPU_REAPER_FORMAT")]
+    pub format: OutputFormat,
 }
 
 /// `gpu-reaper backtest`.
@@ -33,8 +81,17 @@ pub struct BacktestArgs {
     pub policy: Option<PathBuf>,
     /// OpenMetrics text with timestamps (optionally .gz): DCGM exporter and
     /// kube-state-metrics series. Default: the bundled sample trace.
-    #[arg(long, env = "GPU_REAPER_TRACE")]
+    #[arg(long, env = "GPU_REAPER_TRACE", conflicts_with = "prometheus_url")]
     pub trace: Option<PathBuf>,
+    /// Pull the history from Prometheus instead of a file.
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Start of the history pulled from Prometheus: RFC 3339, or a Go duration before --to.
+    #[arg(long, default_value = "24h", env = "GPU_REAPER_FROM")]
+    pub from: String,
+    /// End of the history pulled from Prometheus: RFC 3339 (default: now).
+    #[arg(long, env = "GPU_REAPER_TO")]
+    pub to: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table, env = "GPU_REAPER_FORMAT")]
     pub format: OutputFormat,

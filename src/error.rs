@@ -15,6 +15,9 @@ pub enum Error {
     /// A telemetry trace could not be read.
     #[error("{0}")]
     Trace(#[from] TraceError),
+    /// Prometheus could not answer.
+    #[error("{0}")]
+    Prometheus(#[from] crate::telemetry::prometheus::PrometheusError),
     /// A command-line value is wrong.
     #[error("--{flag}: {message}")]
     InvalidArgument { flag: &'static str, message: String },
@@ -47,6 +50,7 @@ impl Error {
         match self {
             Error::InvalidResource(_) => "invalid_resource",
             Error::Trace(_) => "trace",
+            Error::Prometheus(_) => "prometheus",
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::Io { .. } => "io",
             Error::Serialize(_) => "serialize",
@@ -57,7 +61,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::InvalidResource(_) | Error::Trace(_) | Error::InvalidArgument { .. } => 2,
-            Error::Io { .. } | Error::Serialize(_) => 1,
+            Error::Io { .. } | Error::Serialize(_) | Error::Prometheus(_) => 1,
         }
     }
 }

@@ -4,6 +4,8 @@ use clap::Parser;
 use gpu_reaper::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // One TLS crypto provider for the whole process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     gpu_reaper::logging::init_logging(cli.log_format);
     let result = match cli.command {
@@ -11,6 +13,7 @@ fn main() -> ExitCode {
             .map(|y| print!("{y}"))
             .map_err(gpu_reaper::Error::from),
         Command::Backtest(args) => gpu_reaper::report::backtest::run(&args),
+        Command::Audit(args) => gpu_reaper::report::audit::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

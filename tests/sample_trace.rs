@@ -4,7 +4,8 @@
 use std::io::Read;
 use std::process::Command;
 
-use gpu_reaper::cli::{BacktestArgs, OutputFormat};
+use clap::Parser;
+use gpu_reaper::cli::{Cli, Command as Cmd};
 use gpu_reaper::report::backtest::{SAMPLE_TRACE_GZ, execute};
 use serde_json::Value;
 
@@ -42,14 +43,10 @@ fn the_bundled_trace_loads_into_a_real_prometheus_tsdb() {
 }
 
 fn default_backtest() -> Value {
-    let args = BacktestArgs {
-        policy: None,
-        trace: None,
-        format: OutputFormat::Json,
-        svg: None,
-        step: "1m".into(),
-        regret_horizon: "2h".into(),
-        skip_unknown_metrics: false,
+    let Cmd::Backtest(args) =
+        Cli::parse_from(["gpu-reaper", "backtest", "--format", "json"]).command
+    else {
+        unreachable!("parsed a backtest command")
     };
     serde_json::from_str(&execute(&args).expect("default backtest runs")).unwrap()
 }

@@ -75,6 +75,11 @@ pub struct WorkloadOutcome {
     /// Classification that held longest over the trace.
     pub classification: String,
     pub idle_gpu_hours: f64,
+    /// What the idle GPU time cost, USD.
+    pub idle_usd: f64,
+    /// GPU-hours held, by classification (reclaimed time counts under the classification
+    /// it was acted on in).
+    pub gpu_hours_by_class: BTreeMap<String, f64>,
     /// First warning.
     pub warned_at: Option<Timestamp>,
     /// First action.
@@ -250,7 +255,13 @@ pub fn run(
                 } else {
                     // Reclaimed time was idle time: it counts in both.
                     *w.class_steps.entry(class).or_default() += 1;
-                    w.outcome.idle_gpu_hours += w.share_hint() * hours_per_step;
+                    let share = w.share_hint();
+                    w.outcome.idle_gpu_hours += share * hours_per_step;
+                    w.outcome.idle_usd += hourly * hours_per_step;
+                    *w.outcome
+                        .gpu_hours_by_class
+                        .entry(class.to_string())
+                        .or_default() += share * hours_per_step;
                     w.record(bucket, max_activity, TimelineState::Reclaimed, options);
                     continue;
                 }
@@ -271,7 +282,12 @@ pub fn run(
             *w.class_steps.entry(class.as_str()).or_default() += 1;
             if class.is_idle() {
                 w.outcome.idle_gpu_hours += decision.verdict.gpu_share * hours_per_step;
+                w.outcome.idle_usd += decision.hourly_usd * hours_per_step;
             }
+            *w.outcome
+                .gpu_hours_by_class
+                .entry(class.as_str().to_string())
+                .or_default() += decision.verdict.gpu_share * hours_per_step;
             w.outcome.gpus = w.outcome.gpus.max(decision.verdict.gpu_devices);
             let drawn = match class {
                 Classification::Active => TimelineState::Active,
@@ -571,6 +587,8 @@ fn build_workloads(
                 gpus: 0,
                 classification: String::new(),
                 idle_gpu_hours: 0.0,
+                idle_usd: 0.0,
+                gpu_hours_by_class: BTreeMap::new(),
                 warned_at: None,
                 acted_at: None,
                 action: None,

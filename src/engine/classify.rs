@@ -98,7 +98,11 @@ pub fn classify(
     if let Some(g) = gpus
         .iter()
         .filter(|g| g.last_busy_at.is_some_and(|b| b > busy_horizon))
-        .max_by_key(|g| g.last_busy_at)
+        .max_by(|a, b| {
+            a.last_busy_at
+                .cmp(&b.last_busy_at)
+                .then_with(|| b.id.cmp(&a.id))
+        })
     {
         let ago = now.duration_since(g.last_busy_at.unwrap_or(now));
         return verdict(

@@ -11,8 +11,9 @@ use jiff::SignedDuration;
 use crate::api::GpuPolicy;
 use crate::api::validate::parse_resource;
 use crate::backtest::{self, BacktestOptions};
-use crate::cli::{BacktestArgs, OutputFormat};
+use crate::cli::{BacktestArgs, OutputFormat, PrometheusArgs};
 use crate::error::{Error, Result};
+use crate::telemetry::prometheus::{PrometheusConfig, PrometheusSource};
 use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
 
 /// The bundled sample policy (config/samples/policy.yaml).
@@ -42,7 +43,13 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         step_seconds: step.as_secs(),
         skip_unknown_metrics: args.skip_unknown_metrics,
     };
-    let trace = load_trace(args.trace.as_deref(), &options)?;
+    let trace = match &args.prometheus.prometheus_url {
+        Some(_) => {
+            let (from, to) = time_range(&args.from, args.to.as_deref())?;
+            fetch_trace(&args.prometheus, from, to, &options)?
+        }
+        None => load_trace(args.trace.as_deref(), &options)?,
+    };
     let name = policy
         .metadata
         .name
@@ -72,7 +79,81 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
     })
 }
 
-fn parse_duration(flag: &'static str, text: &str) -> Result<SignedDuration> {
+/// `--from` (RFC 3339, or a duration before `--to`) and `--to` (RFC 3339, default now)
+/// as unix seconds.
+pub fn time_range(from: &str, to: Option<&str>) -> Result<(i64, i64)> {
+    let to = match to {
+        Some(t) => t
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| Error::InvalidArgument {
+                flag: "to",
+                message: format!("{t:?} is not an RFC 3339 time ({e}), e.g. 2026-11-02T08:00:00Z"),
+            })?,
+        None => jiff::Timestamp::now(),
+    };
+    let from = match from.parse::<jiff::Timestamp>() {
+        Ok(t) => t,
+        Err(_) => to - parse_duration("from", from)?,
+    };
+    if from >= to {
+        return Err(Error::InvalidArgument {
+            flag: "from",
+            message: format!("{from} is not before --to {to}"),
+        });
+    }
+    Ok((from.as_second(), to.as_second()))
+}
+
+/// Pulls a trace from Prometheus (blocking: the CLI has no other async work).
+pub fn fetch_trace(
+    args: &PrometheusArgs,
+    from: i64,
+    to: i64,
+    options: &ReadOptions,
+) -> Result<Trace> {
+    let config = prometheus_config(args)?;
+    let source = PrometheusSource::new(config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: "tokio runtime".into(),
+            source,
+        })?;
+    Ok(runtime.block_on(source.fetch_trace(from, to, options))?)
+}
+
+/// Typed Prometheus settings from the flags.
+pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
+    let url = args
+        .prometheus_url
+        .clone()
+        .ok_or_else(|| Error::InvalidArgument {
+            flag: "prometheus-url",
+            message: "is required, e.g. http://prometheus.monitoring:9090".into(),
+        })?;
+    let positive = |flag: &'static str, text: &str| -> Result<std::time::Duration> {
+        let d = parse_duration(flag, text)?;
+        if d.as_millis() <= 0 {
+            return Err(Error::InvalidArgument {
+                flag,
+                message: format!("{text:?} must be longer than 0s"),
+            });
+        }
+        Ok(d.unsigned_abs())
+    };
+    Ok(PrometheusConfig {
+        url,
+        bearer_token_file: args.prometheus_bearer_token_file.clone(),
+        ca_file: args.prometheus_ca_file.clone(),
+        timeout: positive("prometheus-timeout", &args.prometheus_timeout)?,
+        retries: args.prometheus_retries,
+        max_response_bytes: args.prometheus_max_response_bytes,
+        chunk: positive("prometheus-chunk", &args.prometheus_chunk)?,
+    })
+}
+
+pub(crate) fn parse_duration(flag: &'static str, text: &str) -> Result<SignedDuration> {
     let d: kube::core::Duration = text.parse().map_err(|e| Error::InvalidArgument {
         flag,
         message: format!("{text:?} is not a duration ({e}); write e.g. 1m, 90s, 2h"),

@@ -3,4 +3,5 @@
 //! form. The live Prometheus source joins this room.
 
 pub mod openmetrics;
+pub mod prometheus;
 pub mod trace;

@@ -293,7 +293,16 @@ impl TraceBuilder {
                 message: "no samples: the trace is empty".into(),
             });
         }
-        Ok(self.trace)
+        let mut trace = self.trace;
+        // Deterministic order whatever order the samples came in (files and Prometheus
+        // answers list series differently).
+        trace
+            .gpus
+            .sort_by(|a, b| (&a.namespace, &a.pod, &a.id).cmp(&(&b.namespace, &b.pod, &b.id)));
+        trace
+            .pods
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(trace)
     }
 }
 

@@ -1,0 +1,349 @@
+//! The Prometheus HTTP source: any PromQL API (Prometheus, Thanos, Mimir). Pulls raw
+//! samples of the families gpu-reaper reads with range-vector instant queries
+//! (`FAMILY[chunk]` evaluated at the chunk's end): unlike `query_range`, these return the
+//! samples as scraped, without the 5-minute lookback that would paper over exporter gaps
+//! — a gap must stay a gap (invariant 1).
+//!
+//! IO lives here and only here; what comes back goes through the same [`TraceBuilder`]
+//! as an OpenMetrics file.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use prometheus_http_query::response::Data;
+use serde::Deserialize;
+
+use super::openmetrics::RawSample;
+use super::trace::{KNOWN_METRICS, ReadOptions, Trace, TraceBuilder};
+
+/// How to reach Prometheus.
+#[derive(Debug, Clone)]
+pub struct PrometheusConfig {
+    /// Base URL, e.g. `http://prometheus.monitoring:9090` (Thanos/Mimir: their query URL).
+    pub url: String,
+    /// Bearer token file, re-read on every request (projected tokens rotate).
+    pub bearer_token_file: Option<PathBuf>,
+    /// PEM bundle of extra CAs to trust.
+    pub ca_file: Option<PathBuf>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Retries of a failed request (connection errors, 429, 5xx), with backoff and jitter.
+    pub retries: u32,
+    /// Largest answer accepted, bytes.
+    pub max_response_bytes: usize,
+    /// Length of one range-vector query; shorter chunks mean smaller answers.
+    pub chunk: Duration,
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://localhost:9090".into(),
+            bearer_token_file: None,
+            ca_file: None,
+            timeout: Duration::from_secs(30),
+            retries: 2,
+            max_response_bytes: 256 << 20,
+            chunk: Duration::from_secs(2 * 3600),
+        }
+    }
+}
+
+/// A query that failed, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("Prometheus at {url}: query `{query}` failed: {message}")]
+pub struct PrometheusError {
+    pub url: String,
+    pub query: String,
+    pub message: String,
+}
+
+/// A configured Prometheus client.
+pub struct PrometheusSource {
+    client: prometheus_http_query::Client,
+    config: PrometheusConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    status: String,
+    data: Option<Data>,
+    error_type: Option<String>,
+    error: Option<String>,
+}
+
+impl PrometheusSource {
+    /// Builds the HTTP client (TLS with the process' rustls provider and any extra CA).
+    pub fn new(config: PrometheusConfig) -> Result<Self, PrometheusError> {
+        let fail = |message: String| PrometheusError {
+            url: config.url.clone(),
+            query: String::new(),
+            message,
+        };
+        // ring is the process' one provider; installing it again is a no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout);
+        if let Some(ca) = &config.ca_file {
+            let pem = std::fs::read(ca)
+                .map_err(|e| fail(format!("--prometheus-ca-file {}: {e}", ca.display())))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                fail(format!(
+                    "--prometheus-ca-file {}: not PEM certificates: {e}",
+                    ca.display()
+                ))
+            })? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
+            .build()
+            .map_err(|e| fail(format!("cannot build the HTTP client: {e}")))?;
+        let client = prometheus_http_query::Client::from(http, &config.url)
+            .map_err(|e| fail(format!("--prometheus-url is not a usable URL: {e}")))?;
+        Ok(Self { client, config })
+    }
+
+    /// Evaluates `query` at `time` (unix seconds), retrying transient failures.
+    pub async fn instant(&self, query: &str, time: i64) -> Result<Data, PrometheusError> {
+        let fail = |message: String| PrometheusError {
+            url: self.config.url.clone(),
+            query: query.to_string(),
+            message,
+        };
+        let mut attempt = 0;
+        loop {
+            match self.instant_once(query, time).await {
+                Ok(data) => return Ok(data),
+                Err((message, transient)) if transient && attempt < self.config.retries => {
+                    attempt += 1;
+                    let backoff = Duration::from_millis(200 * 2u64.pow(attempt)) + jitter();
+                    tracing::warn!(query, attempt, error = %message, "Prometheus query failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                }
+                Err((message, _)) => return Err(fail(message)),
+            }
+        }
+    }
+
+    /// One attempt. The flag says whether retrying may help.
+    async fn instant_once(&self, query: &str, time: i64) -> Result<Data, (String, bool)> {
+        let mut request = self
+            .client
+            .query(query)
+            .at(time)
+            .timeout(self.config.timeout.as_millis() as i64);
+        if let Some(path) = &self.config.bearer_token_file {
+            let token = std::fs::read_to_string(path).map_err(|e| {
+                (
+                    format!("cannot read the bearer token file {}: {e}", path.display()),
+                    false,
+                )
+            })?;
+            request = request.header(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {}", token.trim())
+                    .parse::<reqwest::header::HeaderValue>()
+                    .map_err(|e| {
+                        (
+                            format!("bearer token is not a valid header value: {e}"),
+                            false,
+                        )
+                    })?,
+            );
+        }
+        let mut response = request.post_raw().await.map_err(|e| {
+            let transient = !matches!(e, prometheus_http_query::Error::ParseUrl(_));
+            (describe(&e), transient)
+        })?;
+        let status = response.status();
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > self.config.max_response_bytes {
+                        return Err((
+                            format!(
+                                "answer larger than {} bytes (raise --prometheus-max-response-bytes or shorten --prometheus-chunk)",
+                                self.config.max_response_bytes
+                            ),
+                            false,
+                        ));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => return Err((format!("reading the answer failed: {}", chain(&e)), true)),
+            }
+        }
+        let transient = status.is_server_error() || status.as_u16() == 429;
+        let envelope: Envelope = serde_json::from_slice(&body).map_err(|e| {
+            let preview = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+            (
+                format!(
+                    "HTTP {status}: not a Prometheus API answer ({e}); it starts with {preview:?}"
+                ),
+                transient,
+            )
+        })?;
+        if envelope.status != "success" {
+            return Err((
+                format!(
+                    "HTTP {status}: {} error: {}",
+                    envelope.error_type.unwrap_or_else(|| "unknown".into()),
+                    envelope.error.unwrap_or_default()
+                ),
+                transient,
+            ));
+        }
+        envelope
+            .data
+            .ok_or_else(|| (format!("HTTP {status}: success without data"), false))
+    }
+
+    /// Pulls every family gpu-reaper reads between `from` and `to` (unix seconds) into a
+    /// [`Trace`], chunk by chunk.
+    pub async fn fetch_trace(
+        &self,
+        from: i64,
+        to: i64,
+        options: &ReadOptions,
+    ) -> Result<Trace, PrometheusError> {
+        let chunk = (self.config.chunk.as_secs() as i64).max(60);
+        let mut builder = TraceBuilder::new(&ReadOptions {
+            skip_unknown_metrics: true,
+            ..options.clone()
+        });
+        let mut series_text = String::new();
+        let mut labels_text = String::new();
+        for family in KNOWN_METRICS {
+            // A range selector covers (end - range, end]: start one second early so a
+            // sample exactly at `from` is included.
+            let mut end = from - 1;
+            while end < to {
+                let start = end;
+                end = (start + chunk).min(to);
+                let query = format!("{family}[{}s]", end - start);
+                let data = self.instant(&query, end).await?;
+                let Data::Matrix(series) = data else {
+                    return Err(PrometheusError {
+                        url: self.config.url.clone(),
+                        query,
+                        message: "expected a range vector (matrix) answer".into(),
+                    });
+                };
+                for s in series {
+                    let (metric, samples) = s.into_inner();
+                    format_series(family, &metric, &mut series_text, &mut labels_text);
+                    for sample in samples {
+                        let raw = RawSample {
+                            metric: family,
+                            series: &series_text,
+                            labels: &labels_text,
+                            value: sample.value(),
+                            timestamp: sample.timestamp(),
+                            line: 0,
+                        };
+                        builder.add(&raw).map_err(|message| PrometheusError {
+                            url: self.config.url.clone(),
+                            query: query.clone(),
+                            message,
+                        })?;
+                    }
+                }
+            }
+        }
+        builder.finish(&self.config.url).map_err(|e| PrometheusError {
+            url: self.config.url.clone(),
+            query: format!("{{__name__=~\"{}\"}}", KNOWN_METRICS.join("|")),
+            message: format!(
+                "no samples between {} and {}: {} (is the DCGM exporter scraped, and is the time range right?)",
+                jiff::Timestamp::from_second(from).map(|t| t.to_string()).unwrap_or_default(),
+                jiff::Timestamp::from_second(to).map(|t| t.to_string()).unwrap_or_default(),
+                e.message
+            ),
+        })
+    }
+}
+
+/// `name{a="x",b="y"}` with labels sorted, as the series' identity, and the label text.
+fn format_series(
+    family: &str,
+    metric: &HashMap<String, String>,
+    series: &mut String,
+    labels: &mut String,
+) {
+    let mut keys: Vec<&String> = metric.keys().filter(|k| k.as_str() != "__name__").collect();
+    keys.sort_unstable();
+    labels.clear();
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 {
+            labels.push(',');
+        }
+        let v = &metric[*k];
+        let _ = write!(
+            labels,
+            "{k}=\"{}\"",
+            v.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
+        );
+    }
+    series.clear();
+    let _ = write!(series, "{family}{{{labels}}}");
+}
+
+fn describe(e: &prometheus_http_query::Error) -> String {
+    match e {
+        prometheus_http_query::Error::Client(c) => chain(c),
+        other => other.to_string(),
+    }
+}
+
+/// An error with its causes, so "connection refused" is not lost behind "request failed".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn jitter() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    Duration::from_millis(u64::from(nanos % 200))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_identity_sorts_labels_and_escapes_values() {
+        let metric: HashMap<String, String> =
+            [("__name__", "X"), ("pod", "p\"1"), ("UUID", "GPU-1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let (mut s, mut l) = (String::new(), String::new());
+        format_series("X", &metric, &mut s, &mut l);
+        assert_eq!(s, "X{UUID=\"GPU-1\",pod=\"p\\\"1\"}");
+        assert_eq!(
+            super::super::openmetrics::parse_labels(&l).unwrap()[1].1,
+            "p\"1"
+        );
+    }
+}

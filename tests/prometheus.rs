@@ -1,0 +1,381 @@
+//! Telemetry from the real Prometheus server (Debian package `prometheus`), backfilled
+//! with `promtool tsdb create-blocks-from openmetrics`, and from misbehaving fakes.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
+
+struct Prometheus {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts Prometheus on loopback with `openmetrics` backfilled into its TSDB.
+fn prometheus_with(name: &str, openmetrics: &[u8]) -> Prometheus {
+    let dir = std::env::temp_dir().join(format!("gpu-reaper-prom-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("trace.om"), openmetrics).unwrap();
+    let backfill = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(dir.join("trace.om"))
+        .arg(dir.join("data"))
+        .output()
+        .expect("promtool is needed: apt-get install -y prometheus (bash .ci/run does it)");
+    assert!(
+        backfill.status.success(),
+        "backfill: {}",
+        String::from_utf8_lossy(&backfill.stderr)
+    );
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        "global:\n  scrape_interval: 1m\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg("--storage.tsdb.retention.time=100y")
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus is needed: apt-get install -y prometheus (bash .ci/run does it)");
+    let p = Prometheus {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !http_ok(port, "/-/ready") {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus not ready: {}",
+            std::fs::read_to_string(p.dir.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    p
+}
+
+fn http_ok(port: u16, path: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 12];
+    s.read_exact(&mut buf).is_ok() && buf.ends_with(b"200")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("binary runs")
+}
+
+fn json_of(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn sample_trace_text() -> Vec<u8> {
+    let gz = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/samples/trace.om.gz"
+    ))
+    .unwrap();
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut text)
+        .unwrap();
+    text
+}
+
+#[test]
+fn backtest_over_prometheus_history_equals_backtest_over_the_recorded_file() {
+    // The sample trace covers idle notebooks, a busy 8-GPU job with seven idle GPUs, an
+    // exporter gap, a GPU_UTIL-only T4, MIG instances and exported_* labels.
+    let text = sample_trace_text();
+    let prom = prometheus_with("sample", &text);
+    let file = std::env::temp_dir().join(format!("gpu-reaper-sample-{}.om", std::process::id()));
+    std::fs::write(&file, &text).unwrap();
+    let from_file = json_of(&run(&[
+        "backtest",
+        "--trace",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+    ]));
+    let from_prom = json_of(&run(&[
+        "backtest",
+        "--prometheus-url",
+        &prom.url,
+        "--from",
+        "2026-11-02T00:00:00Z",
+        "--to",
+        "2026-11-02T08:00:00Z",
+        "--format",
+        "json",
+    ]));
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(from_prom["summary"], from_file["summary"]);
+    let (a, b) = (
+        from_prom["workloads"].as_array().unwrap(),
+        from_file["workloads"].as_array().unwrap(),
+    );
+    assert_eq!(a.len(), b.len());
+    for (p, f) in a.iter().zip(b) {
+        assert_eq!(p, f, "{} differs", f["name"]);
+    }
+    assert_eq!(from_prom["summary"]["workloads"], 26);
+}
+
+#[test]
+fn audit_reports_idle_hours_by_shape_and_namespace_from_prometheus() {
+    let prom = prometheus_with("audit", &sample_trace_text());
+    // The trace is in the past: audit looks back from now, so ask for enough history.
+    let since = {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        format!("{}h", (now - 1_793_577_600) / 3600 + 1)
+    };
+    let v = json_of(&run(&[
+        "audit",
+        "--prometheus-url",
+        &prom.url,
+        "--since",
+        &since,
+        "--format",
+        "json",
+    ]));
+    let total = &v["total"];
+    assert_eq!(total["workloads"], 26);
+    let shapes = &total["idle_gpu_hours_by_shape"];
+    for shape in ["MemoryHeld", "Unused", "Provisioning", "DataStarved"] {
+        assert!(
+            shapes[shape].as_f64().unwrap_or(0.0) > 0.0,
+            "{shape} missing in {shapes}"
+        );
+    }
+    // Audit never reclaims: the hung batch job is idle from 02:00 to the end (≈5.5 h × 2 GPUs).
+    let top: Vec<&str> = v["top_offenders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        top.contains(&"nightly-embed-backfill") && top.contains(&"vllm-qwen2-72b"),
+        "{top:?}"
+    );
+    assert!(
+        !top.contains(&"llm-chat"),
+        "busy workloads are no offenders: {top:?}"
+    );
+    let training = v["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == "training")
+        .unwrap();
+    assert!(
+        training["active_share"].as_f64().unwrap() > 0.5,
+        "{training}"
+    );
+}
+
+/// A trace with `gpus` GPUs (4 per pod) for `minutes`, all idle with memory held.
+fn many_gpus(gpus: usize, minutes: i64) -> String {
+    use std::fmt::Write as _;
+    let t0 = 1_793_577_600i64;
+    let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
+    for g in 0..gpus {
+        for m in 0..minutes {
+            let _ = writeln!(
+                s,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{}\",UUID=\"GPU-{g:06}\",modelName=\"NVIDIA L4\",Hostname=\"n{}\",namespace=\"bulk\",pod=\"p-{}\"}} 0 {}",
+                g % 4,
+                g / 4,
+                g / 4,
+                t0 + m * 60
+            );
+        }
+    }
+    s.push_str("# TYPE kube_pod_container_resource_requests gauge\n");
+    for p in 0..gpus.div_ceil(4) {
+        for m in 0..minutes {
+            let _ = writeln!(
+                s,
+                "kube_pod_container_resource_requests{{namespace=\"bulk\",pod=\"p-{p}\",container=\"c\",resource=\"nvidia_com_gpu\",unit=\"integer\"}} 4 {}",
+                t0 + m * 60
+            );
+        }
+    }
+    s.push_str("# EOF\n");
+    s
+}
+
+#[test]
+fn thousands_of_gpu_series_come_back_in_one_answer() {
+    let prom = prometheus_with("bulk", many_gpus(2000, 40).as_bytes());
+    let v = json_of(&run(&[
+        "backtest",
+        "--prometheus-url",
+        &prom.url,
+        "--from",
+        "2026-11-02T00:00:00Z",
+        "--to",
+        "2026-11-02T01:00:00Z",
+        "--prometheus-chunk",
+        "2h",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(v["summary"]["governed_gpus"], 2000);
+    assert_eq!(v["summary"]["workloads"], 500);
+}
+
+/// A fake Prometheus that answers every request with `response` after `delay`.
+fn fake(response: Vec<u8>, delay: Duration) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let response = response.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                std::thread::sleep(delay);
+                let _ = stream.write_all(&response);
+            });
+        }
+    });
+    url
+}
+
+fn http(status: &str, body: &[u8]) -> Vec<u8> {
+    let mut r = format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+fn failing(url: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "backtest",
+        "--prometheus-url",
+        url,
+        "--from",
+        "1h",
+        "--prometheus-retries",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "must fail: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "nothing is reported when telemetry failed"
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn prometheus_down_is_a_clear_error_naming_the_url_and_query() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let e = failing(&url, &[]);
+    assert!(
+        e.contains(&format!("Prometheus at {url}")) && e.contains("DCGM_FI_PROF_GR_ENGINE_ACTIVE["),
+        "{e}"
+    );
+    assert!(e.to_lowercase().contains("connect"), "{e}");
+}
+
+#[test]
+fn an_error_answer_is_reported_with_prometheus_own_words() {
+    let url = fake(
+        http(
+            "400 Bad Request",
+            br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#,
+        ),
+        Duration::ZERO,
+    );
+    let e = failing(&url, &[]);
+    assert!(
+        e.contains("bad_data") && e.contains("parse error at char 3"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_garbage_answer_is_reported_not_parsed() {
+    let url = fake(
+        http("200 OK", b"<html>login required</html>"),
+        Duration::ZERO,
+    );
+    let e = failing(&url, &[]);
+    assert!(
+        e.contains("not a Prometheus API answer") && e.contains("<html>login"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_slow_prometheus_times_out() {
+    let url = fake(http("200 OK", b"{}"), Duration::from_secs(10));
+    let e = failing(&url, &["--prometheus-timeout", "1s"]);
+    assert!(
+        e.to_lowercase().contains("timed out") || e.to_lowercase().contains("timeout"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_huge_answer_is_refused_past_the_cap() {
+    let body = format!(
+        r#"{{"status":"success","data":{{"resultType":"matrix","result":[{}]}}}}"#,
+        "{\"metric\":{},\"values\":[]},".repeat(20_000) + "{\"metric\":{},\"values\":[]}"
+    );
+    let url = fake(http("200 OK", body.as_bytes()), Duration::ZERO);
+    let e = failing(&url, &["--prometheus-max-response-bytes", "10000"]);
+    assert!(e.contains("larger than 10000 bytes"), "{e}");
+}
