@@ -59,6 +59,45 @@ fn random_suffix() -> String {
         .collect()
 }
 
+/// Rejects metadata the real server could not decode (wrong JSON types), as 400.
+fn check_metadata_shape(metadata: Option<&Value>) -> Result<(), ApiError> {
+    let Some(meta) = metadata.filter(|m| !m.is_null()) else {
+        return Ok(());
+    };
+    let bad = |field: &str, want: &str| {
+        ApiError::bad_request(format!(
+            "json: cannot unmarshal metadata.{field}: expected {want}"
+        ))
+    };
+    let Some(meta) = meta.as_object() else {
+        return Err(bad("", "an object"));
+    };
+    for field in ["labels", "annotations"] {
+        match meta.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.values().all(Value::is_string) => {}
+            Some(_) => return Err(bad(field, "a map of strings")),
+        }
+    }
+    match meta.get("finalizers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(f)) if f.iter().all(Value::is_string) => {}
+        Some(_) => return Err(bad("finalizers", "a list of strings")),
+    }
+    match meta.get("ownerReferences") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(r)) if r.iter().all(Value::is_object) => {}
+        Some(_) => return Err(bad("ownerReferences", "a list of objects")),
+    }
+    for field in ["name", "namespace", "generateName", "resourceVersion"] {
+        match meta.get(field) {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(_) => return Err(bad(field, "a string")),
+        }
+    }
+    Ok(())
+}
+
 /// Checks `apiVersion`/`kind` of a body against the endpoint and fills them in.
 pub fn check_type(ctx: &WriteCtx, body: &mut Value) -> Result<(), ApiError> {
     let Some(map) = body.as_object_mut() else {
@@ -67,6 +106,16 @@ pub fn check_type(ctx: &WriteCtx, body: &mut Value) -> Result<(), ApiError> {
         ));
     };
     let expected = ctx.api_version();
+    for field in ["apiVersion", "kind"] {
+        if map
+            .get(field)
+            .is_some_and(|v| !v.is_string() && !v.is_null())
+        {
+            return Err(ApiError::bad_request(format!(
+                "json: cannot unmarshal {field}: expected a string"
+            )));
+        }
+    }
     match map.get("apiVersion").and_then(Value::as_str) {
         Some(v) if v != expected => {
             return Err(ApiError::bad_request(format!(
@@ -84,6 +133,7 @@ pub fn check_type(ctx: &WriteCtx, body: &mut Value) -> Result<(), ApiError> {
         }
         _ => {}
     }
+    check_metadata_shape(map.get("metadata"))?;
     map.insert("apiVersion".into(), json!(expected));
     map.insert("kind".into(), json!(ctx.t.kind));
     if !map.get("metadata").is_some_and(Value::is_object) {

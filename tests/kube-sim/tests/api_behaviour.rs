@@ -736,3 +736,112 @@ async fn a_label_selected_watch_sees_objects_move_in_and_out_of_its_selector() {
         matches!(next().await, WatchEvent::Deleted(ref c) if c.metadata.labels.as_ref().unwrap()["gpu"] == "yes")
     );
 }
+
+#[tokio::test]
+async fn badly_shaped_bodies_and_patches_get_4xx_statuses_and_never_break_the_server() {
+    let (sim, client) = sim().await;
+    sim.seed(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}))
+        .unwrap();
+    let collection = "/api/v1/namespaces/default/configmaps";
+    let item = "/api/v1/namespaces/default/configmaps/c";
+    let bodies = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": "c"}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 7}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": "x"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": 1}}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "finalizers": {"a": "b"}}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "ownerReferences": "x"}}),
+        json!({"apiVersion": 1, "kind": ["ConfigMap"], "metadata": {"name": "c"}}),
+    ];
+    for body in &bodies {
+        let bytes = body.to_string();
+        for (method, path, content_type) in [
+            ("POST", collection, "application/json"),
+            ("PUT", item, "application/json"),
+            ("PATCH", item, "application/merge-patch+json"),
+            ("PATCH", item, "application/strategic-merge-patch+json"),
+            (
+                "PATCH",
+                "/api/v1/namespaces/default/configmaps/c?fieldManager=t",
+                "application/apply-patch+yaml",
+            ),
+        ] {
+            let (code, answer, _) = raw(
+                &client,
+                method,
+                path,
+                content_type,
+                "application/json",
+                bytes.as_bytes(),
+            )
+            .await;
+            assert!(
+                (400..500).contains(&code),
+                "{method} {path} {content_type} {body} -> {code} {answer}"
+            );
+            assert_eq!(answer["kind"], "Status", "{answer}");
+        }
+    }
+    for patch in [
+        json!([{"op": "replace", "path": "", "value": 5}]),
+        json!([{"op": "explode"}]),
+        json!({"not": "a list"}),
+        json!([{"op": "add", "path": "/metadata", "value": "x"}]),
+    ] {
+        let (code, answer, _) = raw(
+            &client,
+            "PATCH",
+            item,
+            "application/json-patch+json",
+            "application/json",
+            patch.to_string().as_bytes(),
+        )
+        .await;
+        assert!((400..500).contains(&code), "{patch} -> {code} {answer}");
+    }
+    let (code, _, _) = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c?fieldManager=t",
+        "application/apply-patch+yaml",
+        "application/json",
+        b"a: [unclosed",
+    )
+    .await;
+    assert_eq!(code, 400);
+    let (code, _, _) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?labelSelector=a%20in%20(b",
+        "",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!(code, 400);
+    let (code, _, _) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?limit=-x",
+        "",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!(code, 400);
+    let (code, _, _) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?continue=%%%",
+        "",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_eq!(code, 400);
+    // Still serving, and the object is untouched.
+    let stored = sim.get("", "configmaps", "default", "c").unwrap();
+    assert_eq!(stored["metadata"]["name"], "c");
+    let (code, _, _) = raw(&client, "GET", item, "", "application/json", b"").await;
+    assert_eq!(code, 200);
+}
