@@ -379,3 +379,100 @@ fn a_huge_answer_is_refused_past_the_cap() {
     let e = failing(&url, &["--prometheus-max-response-bytes", "10000"]);
     assert!(e.contains("larger than 10000 bytes"), "{e}");
 }
+
+#[test]
+fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
+    use gpu_reaper::api::policy::GpuPolicySpec;
+    use gpu_reaper::engine::{ActivityTracker, GpuObservation, Rules, Sample};
+    use gpu_reaper::telemetry::prometheus::{LiveSettings, PrometheusConfig, PrometheusSource};
+    use gpu_reaper::telemetry::trace::{ReadOptions, read_trace};
+
+    let text = sample_trace_text();
+    let prom = prometheus_with("live", &text);
+    let trace = read_trace(
+        &text[..],
+        "sample",
+        &ReadOptions {
+            step_seconds: 60,
+            skip_unknown_metrics: false,
+        },
+    )
+    .unwrap();
+    let rules = Rules::from_spec(&GpuPolicySpec::default());
+    let source = PrometheusSource::new(PrometheusConfig {
+        url: prom.url.clone(),
+        ..PrometheusConfig::default()
+    })
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let live = LiveSettings {
+        scrape_interval_seconds: 60,
+        horizon_seconds: 9 * 3600,
+        step_seconds: 60,
+        selector: String::new(),
+    };
+    let t0 = 1_793_577_600i64;
+    // 03:30 is inside embedder-staging's 90-minute exporter gap.
+    for minute in [130, 210, 300, 479] {
+        let now = t0 + minute * 60;
+        let observed = runtime
+            .block_on(source.observe(&rules, &live, now))
+            .unwrap();
+        let mut compared = 0;
+        for g in &trace.gpus {
+            let mut tracker = ActivityTracker::new(&rules, jiff::SignedDuration::from_mins(1));
+            for bucket in trace.first_bucket..=now / 60 {
+                let sample = Sample {
+                    engine_active: g.engine_active.get(bucket).map(f64::from),
+                    gpu_util_percent: g.gpu_util.get(bucket).map(f64::from),
+                    ..Sample::default()
+                };
+                let any = sample.engine_active.is_some() || sample.gpu_util_percent.is_some();
+                tracker.advance(
+                    jiff::Timestamp::from_second(bucket * 60).unwrap(),
+                    any.then_some(&sample),
+                    &rules,
+                );
+            }
+            let mut replayed = GpuObservation::default();
+            tracker.fill(&mut replayed);
+            let key = (g.namespace.clone(), g.pod.clone(), g.id.clone());
+            if replayed.first_sample_at.is_none() {
+                assert!(
+                    !observed.contains_key(&key),
+                    "{key:?} has no activity yet at minute {minute}"
+                );
+                continue;
+            }
+            let live_obs = observed
+                .get(&key)
+                .unwrap_or_else(|| panic!("{key:?} missing at minute {minute}"));
+            let at = format!("{key:?} at minute {minute}");
+            assert_eq!(
+                live_obs.last_busy_at, replayed.last_busy_at,
+                "last busy of {at}"
+            );
+            assert_eq!(
+                live_obs.first_sample_at, replayed.first_sample_at,
+                "first sample of {at}"
+            );
+            assert_eq!(
+                live_obs.blind_until, replayed.blind_until,
+                "blind until of {at}"
+            );
+            assert!(
+                (live_obs.coverage - replayed.coverage).abs() < 1e-9,
+                "coverage of {at}: {} vs {}",
+                live_obs.coverage,
+                replayed.coverage
+            );
+            assert!((live_obs.share - g.share).abs() < 1e-12);
+            compared += 1;
+        }
+        assert_eq!(compared, observed.len(), "no extra GPUs at minute {minute}");
+        assert!(compared >= 50, "{compared}");
+    }
+}

@@ -4,4 +4,5 @@
 
 pub mod openmetrics;
 pub mod prometheus;
+pub mod promql;
 pub mod trace;

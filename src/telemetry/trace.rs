@@ -317,6 +317,51 @@ pub fn read_trace<R: BufRead>(
     builder.finish(source)
 }
 
+/// Who a DCGM series is about, from its labels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuIdentity {
+    /// `GPU-<uuid>` or `GPU-<uuid>/<GPU_I_ID>`.
+    pub id: String,
+    pub model: String,
+    pub hostname: String,
+    pub mig_profile: Option<String>,
+    pub share: f64,
+    /// The workload's namespace and pod (empty: none).
+    pub namespace: String,
+    pub pod: String,
+}
+
+/// Reads a DCGM series' identity. Prometheus renames the workload's labels to
+/// `exported_*` when the exporter's own target labels collide: those win when present.
+/// The newest exporter spells `Hostname` as `hostname`: both are read.
+pub fn gpu_identity<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Result<GpuIdentity, String> {
+    let uuid = label("UUID").ok_or("needs a non-empty `UUID` label")?;
+    let instance = label("GPU_I_ID");
+    let (namespace, pod) = match label("exported_pod") {
+        Some(pod) => (label("exported_namespace").unwrap_or_default(), pod),
+        None => (
+            label("namespace").unwrap_or_default(),
+            label("pod").unwrap_or_default(),
+        ),
+    };
+    let mig_profile = label("GPU_I_PROFILE").map(str::to_string);
+    Ok(GpuIdentity {
+        id: match instance {
+            Some(i) => format!("{uuid}/{i}"),
+            None => uuid.to_string(),
+        },
+        model: label("modelName").unwrap_or("unknown").to_string(),
+        hostname: label("Hostname")
+            .or(label("hostname"))
+            .unwrap_or_default()
+            .to_string(),
+        share: mig_profile.as_deref().map_or(1.0, mig_share),
+        mig_profile,
+        namespace: namespace.to_string(),
+        pod: pod.to_string(),
+    })
+}
+
 fn label<'a>(labels: &'a [(String, String)], name: &str) -> Option<&'a str> {
     labels
         .iter()
@@ -361,38 +406,18 @@ fn classify_series(
     }
     let labels = parse_labels(s.labels)?;
     if let Some(m) = metric {
-        let uuid = require(&labels, "UUID", s.metric)?;
-        let instance = label(&labels, "GPU_I_ID");
-        let id = match instance {
-            Some(i) => format!("{uuid}/{i}"),
-            None => uuid.to_string(),
-        };
-        // Prometheus renames the workload's labels to exported_* when the exporter's own
-        // target labels collide; prefer them when present.
-        let (namespace, pod) = match label(&labels, "exported_pod") {
-            Some(pod) => (
-                label(&labels, "exported_namespace").unwrap_or_default(),
-                pod,
-            ),
-            None => (
-                label(&labels, "namespace").unwrap_or_default(),
-                label(&labels, "pod").unwrap_or_default(),
-            ),
-        };
-        let key = (id.clone(), namespace.to_string(), pod.to_string());
+        let gpu =
+            gpu_identity(|name| label(&labels, name)).map_err(|e| format!("{}: {e}", s.metric))?;
+        let key = (gpu.id.clone(), gpu.namespace.clone(), gpu.pod.clone());
         let index = *gpu_index.entry(key).or_insert_with(|| {
-            let mig_profile = label(&labels, "GPU_I_PROFILE").map(str::to_string);
             trace.gpus.push(GpuSeries {
-                id,
-                model: label(&labels, "modelName").unwrap_or("unknown").to_string(),
-                hostname: label(&labels, "Hostname")
-                    .or(label(&labels, "hostname"))
-                    .unwrap_or_default()
-                    .to_string(),
-                share: mig_profile.as_deref().map_or(1.0, mig_share),
-                mig_profile,
-                namespace: namespace.to_string(),
-                pod: pod.to_string(),
+                id: gpu.id,
+                model: gpu.model,
+                hostname: gpu.hostname,
+                share: gpu.share,
+                mig_profile: gpu.mig_profile,
+                namespace: gpu.namespace,
+                pod: gpu.pod,
                 ..GpuSeries::default()
             });
             trace.gpus.len() - 1
@@ -599,7 +624,11 @@ mod tests {
     #[test]
     fn a_dcgm_series_without_uuid_is_rejected() {
         let e = read("DCGM_FI_DEV_FB_USED{gpu=\"0\"} 1 1700000000\n").unwrap_err();
-        assert!(e.message.contains("UUID"), "{e}");
+        assert!(
+            e.message
+                .contains("DCGM_FI_DEV_FB_USED: needs a non-empty `UUID` label"),
+            "{e}"
+        );
     }
 
     #[test]
