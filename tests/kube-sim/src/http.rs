@@ -484,45 +484,6 @@ pub fn metadata_only(object: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
 }
 
-fn age(created: Option<&str>) -> String {
-    let Some(Ok(created)) = created.map(str::parse::<jiff::Timestamp>) else {
-        return "<unknown>".into();
-    };
-    let secs = (jiff::Timestamp::now().as_second() - created.as_second()).max(0);
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 3600 * 2 => format!("{}m", s / 60),
-        s if s < 86400 * 2 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
-}
-
-/// A meta.k8s.io/v1 Table with Name and Age columns (what `kubectl get` prints).
-pub fn table(objects: &[Value], rv: u64, continue_token: Option<String>) -> Value {
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|o| {
-            json!({
-                "cells": [o["metadata"]["name"], age(o.pointer("/metadata/creationTimestamp").and_then(Value::as_str))],
-                "object": metadata_only(o),
-            })
-        })
-        .collect();
-    let mut table = json!({
-        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": rv.to_string()},
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "Time since creation.", "priority": 0},
-        ],
-        "rows": rows,
-    });
-    if let Some(token) = continue_token {
-        table["metadata"]["continue"] = json!(token);
-    }
-    table
-}
-
 fn represent(req: &Req, target: &Target, object: Value) -> Value {
     let object = objects::for_version(&target.t, &target.version, object);
     match req.wants() {
@@ -530,7 +491,7 @@ fn represent(req: &Req, target: &Target, object: Value) -> Value {
         Representation::Metadata => metadata_only(&object),
         Representation::Table => {
             let rv = object_rv(&object);
-            table(&[object], rv, None)
+            crate::table::table(&target.t, &[object], rv, None)
         }
     }
 }
@@ -664,7 +625,7 @@ fn list(shared: &Shared, req: &Req, target: &Target) -> Result<Response<Body>, A
             let objects: Vec<Value> = items.iter().map(|o| converted(o)).collect();
             return Ok(json_response(
                 200,
-                &table(&objects, rv, continue_token),
+                &crate::table::table(&target.t, &objects, rv, continue_token),
                 &[],
             ));
         }

@@ -7,8 +7,8 @@
 //!
 //! Rooms: `store` (objects, resourceVersions, history, GC), `resources` (types and
 //! discovery), `http` (routing and verbs), `watch` (streams), `patch` and `fields`
-//! (patches, managedFields, server-side apply), `objects` (metadata rules), `selectors`,
-//! `admission` (validating webhooks), `faults` (fault injection), `tls`, `status`.
+//! (patches, managedFields, server-side apply), `objects` (metadata rules), `selectors`, `table`
+//! (server-side printing), `admission` (validating webhooks), `faults` (fault injection), `tls`, `status`.
 
 pub mod admission;
 pub mod faults;
@@ -20,6 +20,7 @@ pub mod resources;
 pub mod selectors;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod tls;
 pub mod watch;
 

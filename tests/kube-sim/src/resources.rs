@@ -15,6 +15,15 @@ pub struct ScalePaths {
     pub label_selector: Option<String>,
 }
 
+/// One `additionalPrinterColumns` entry of a CRD.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrinterColumn {
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub kind: String,
+    pub json_path: String,
+}
+
 /// One served resource type (all of its versions).
 #[derive(Debug, Clone)]
 pub struct ResourceType {
@@ -31,6 +40,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     pub status: bool,
     pub scale: Option<ScalePaths>,
+    /// Extra `kubectl get` columns (CRDs only).
+    pub printer_columns: Vec<PrinterColumn>,
     /// Name of the CRD that defines the type; `None` for built-ins.
     pub crd: Option<String>,
 }
@@ -95,6 +106,7 @@ fn builtin(
             status_replicas: ".status.replicas".into(),
             label_selector: None,
         }),
+        printer_columns: Vec::new(),
         crd: None,
     }
 }
@@ -366,6 +378,26 @@ pub fn from_crd(crd: &Value) -> Option<ResourceType> {
                     .and_then(Value::as_str)
                     .map(String::from),
             }),
+        printer_columns: storage
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+            .map(|columns| {
+                columns
+                    .iter()
+                    .filter_map(|c| {
+                        Some(PrinterColumn {
+                            name: c.get("name")?.as_str()?.to_string(),
+                            kind: c
+                                .get("type")
+                                .and_then(Value::as_str)
+                                .unwrap_or("string")
+                                .to_string(),
+                            json_path: c.get("jsonPath")?.as_str()?.to_string(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         crd: crd
             .pointer("/metadata/name")
             .and_then(Value::as_str)

@@ -65,7 +65,7 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
             Representation::Metadata => metadata_only(&object),
             Representation::Table => {
                 let rv = crate::store::object_rv(&object);
-                crate::http::table(std::slice::from_ref(&object), rv, None)
+                crate::table::table(&t, std::slice::from_ref(&object), rv, None)
             }
         }
     };

@@ -681,3 +681,61 @@ async fn the_binary_serves_kubectl_through_the_kubeconfig_it_writes() {
     );
     server.kill().await.ok();
 }
+
+#[tokio::test]
+async fn kubectl_get_prints_pod_columns_and_crd_printer_columns() {
+    let sim = sim().await;
+    let mut pod: Value = serde_yaml::from_str(POD).unwrap();
+    pod["status"] = json!({"phase": "Running", "containerStatuses": [{"name": "main", "ready": true, "restartCount": 2, "image": "x", "imageID": "", "started": true}]});
+    sim.seed(pod).unwrap();
+    let out = kubectl_ok(&sim, &["get", "pods"], None).await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["trainer", "1/1", "Running", "2"]);
+
+    let mut definition = crd(
+        "gpu-reaper.io",
+        "v1alpha1",
+        "GpuPolicy",
+        "gpupolicies",
+        false,
+    );
+    definition["spec"]["versions"][0]["additionalPrinterColumns"] = json!([
+        {"name": "Idle-After", "type": "string", "jsonPath": ".spec.idleAfter"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+    ]);
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(&definition.to_string())).await;
+    sim.seed(json!({
+        "apiVersion": "gpu-reaper.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "default"},
+        "spec": {"idleAfter": "30m"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    let out = kubectl_ok(&sim, &["get", "gpupolicies"], None).await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "IDLE-AFTER", "READY", "AGE"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["default", "30m", "True"]);
+}
+
+#[tokio::test]
+async fn kubectl_describe_shows_the_pod_and_its_events() {
+    let sim = sim().await;
+    let pod = sim
+        .seed(serde_yaml::from_str::<Value>(POD).unwrap())
+        .unwrap();
+    sim.seed(json!({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "trainer.1"},
+        "involvedObject": {"kind": "Pod", "name": "trainer", "namespace": "default", "uid": pod["metadata"]["uid"]},
+        "reason": "GpuIdle", "message": "GPU 0 idle for 30m", "type": "Warning", "count": 1,
+        "source": {"component": "gpu-reaper"},
+    }))
+    .unwrap();
+    let out = kubectl_ok(&sim, &["describe", "pod", "trainer"], None).await;
+    assert!(out.contains("Name:") && out.contains("trainer"), "{out}");
+    assert!(out.contains("nvidia.com/gpu:  1"), "{out}");
+    assert!(
+        out.contains("GpuIdle") && out.contains("GPU 0 idle for 30m"),
+        "{out}"
+    );
+}
