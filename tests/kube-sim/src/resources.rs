@@ -22,6 +22,8 @@ pub struct PrinterColumn {
     /// `string`, `integer`, `number`, `boolean` or `date`.
     pub kind: String,
     pub json_path: String,
+    /// Columns above 0 are shown by `kubectl get -o wide` only.
+    pub priority: i64,
 }
 
 /// One served resource type (all of its versions).
@@ -393,6 +395,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceType> {
                                 .unwrap_or("string")
                                 .to_string(),
                             json_path: c.get("jsonPath")?.as_str()?.to_string(),
+                            priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
                         })
                     })
                     .collect()

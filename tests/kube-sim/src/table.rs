@@ -54,6 +54,7 @@ pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
 struct Column {
     name: String,
     kind: String,
+    priority: i64,
     cell: Box<dyn Fn(&Value) -> Value>,
 }
 
@@ -61,12 +62,14 @@ fn columns(t: &ResourceType) -> Vec<Column> {
     let mut columns = vec![Column {
         name: "Name".into(),
         kind: "string".into(),
+        priority: 0,
         cell: Box::new(|o: &Value| o["metadata"]["name"].clone()),
     }];
     if t.is("", "pods") {
         columns.push(Column {
             name: "Ready".into(),
             kind: "string".into(),
+            priority: 0,
             cell: Box::new(|o: &Value| {
                 let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
                 let ready = o["status"]["containerStatuses"]
@@ -78,6 +81,7 @@ fn columns(t: &ResourceType) -> Vec<Column> {
         columns.push(Column {
             name: "Status".into(),
             kind: "string".into(),
+            priority: 0,
             cell: Box::new(|o: &Value| {
                 if o.pointer("/metadata/deletionTimestamp").is_some() {
                     return json!("Terminating");
@@ -91,6 +95,7 @@ fn columns(t: &ResourceType) -> Vec<Column> {
         columns.push(Column {
             name: "Restarts".into(),
             kind: "string".into(),
+            priority: 0,
             cell: Box::new(|o: &Value| {
                 let restarts: i64 = o["status"]["containerStatuses"].as_array().map_or(0, |s| {
                     s.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
@@ -104,6 +109,7 @@ fn columns(t: &ResourceType) -> Vec<Column> {
         columns.push(Column {
             name: c.name.clone(),
             kind: c.kind.clone(),
+            priority: c.priority,
             cell: Box::new(move |o: &Value| match json_path(o, &path) {
                 None => Value::Null,
                 Some(Value::String(s)) if kind == "date" => json!(age(Some(s))),
@@ -119,6 +125,7 @@ fn columns(t: &ResourceType) -> Vec<Column> {
         columns.push(Column {
             name: "Age".into(),
             kind: "string".into(),
+            priority: 0,
             cell: Box::new(|o: &Value| {
                 json!(age(o
                     .pointer("/metadata/creationTimestamp")
@@ -149,7 +156,7 @@ pub fn table(
         .iter()
         .map(|c| {
             let format = if c.name == "Name" { "name" } else { "" };
-            json!({"name": c.name, "type": if c.kind == "date" { "string" } else { c.kind.as_str() }, "format": format, "description": "", "priority": 0})
+            json!({"name": c.name, "type": if c.kind == "date" { "string" } else { c.kind.as_str() }, "format": format, "description": "", "priority": c.priority})
         })
         .collect();
     let mut table = json!({

@@ -739,3 +739,89 @@ async fn kubectl_describe_shows_the_pod_and_its_events() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn kubectl_registers_the_projects_own_crds_and_serves_the_sample_policy() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let (crds, sample) = (
+        root.join("crds/gpu-reaper.yaml"),
+        root.join("config/samples/policy.yaml"),
+    );
+    if !crds.exists() || !sample.exists() {
+        eprintln!(
+            "skipped: {} or {} not found",
+            crds.display(),
+            sample.display()
+        );
+        return;
+    }
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", &crds.to_string_lossy()], None).await;
+    kubectl_ok(
+        &sim,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=30s",
+        ],
+        None,
+    )
+    .await;
+    let out = kubectl_ok(&sim, &["create", "-f", &sample.to_string_lossy()], None).await;
+    assert!(out.contains("gpupolicy.gpureaper.io/"), "{out}");
+    let name = out
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_start_matches("gpupolicy.gpureaper.io/")
+        .to_string();
+    // Printer columns as the CRD file declares them: priority 0 by default, the rest
+    // only with -o wide. Read from the file, so the test follows the CRD as it changes.
+    let text = std::fs::read_to_string(&crds).unwrap();
+    let definition = text
+        .split("\n---")
+        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
+        .find(|doc| doc["spec"]["names"]["kind"] == "GpuPolicy")
+        .expect("a GpuPolicy CRD in crds/");
+    let short = definition["spec"]["names"]["shortNames"][0]
+        .as_str()
+        .unwrap_or("gpupolicies")
+        .to_string();
+    let columns = definition["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let header_of = |out: &str| out.lines().next().unwrap_or_default().to_string();
+    let out = kubectl_ok(&sim, &["get", &short], None).await;
+    let wide = kubectl_ok(&sim, &["get", &short, "-o", "wide"], None).await;
+    assert!(out.lines().nth(1).unwrap().starts_with(&name), "{out}");
+    for column in &columns {
+        let title = column["name"].as_str().unwrap().to_uppercase();
+        let in_default = column["priority"].as_i64().unwrap_or(0) == 0;
+        assert_eq!(
+            header_of(&out).contains(&title),
+            in_default,
+            "{title} in {out}"
+        );
+        assert!(header_of(&wide).contains(&title), "{title} in {wide}");
+    }
+    if let Some(category) = definition["spec"]["names"]["categories"][0].as_str() {
+        let out = kubectl_ok(&sim, &["get", category, "-o", "name"], None).await;
+        assert!(
+            out.contains(&format!("gpupolicy.gpureaper.io/{name}")),
+            "{out}"
+        );
+    }
+    let kinds = kubectl_ok(
+        &sim,
+        &["api-resources", "--api-group=gpureaper.io", "-o", "name"],
+        None,
+    )
+    .await;
+    assert!(
+        kinds.lines().any(|k| k == "gpupolicies.gpureaper.io"),
+        "{kinds}"
+    );
+}
