@@ -1126,7 +1126,32 @@ async fn delete_collection(
         .collect();
     let mut deleted = Vec::new();
     for (ns, name) in names {
+        // Each item is admitted on its own, as kube-apiserver does; a denial stops here.
+        let item = Target {
+            namespace: target.t.namespaced.then(|| ns.clone()),
+            name: Some(name.clone()),
+            ..target.clone()
+        };
+        let Some(current) = shared
+            .store
+            .lock()
+            .get(&target.t.group, &target.t.plural, &ns, &name)
+            .cloned()
+        else {
+            continue;
+        };
+        admission::validate(
+            shared,
+            &item,
+            Operation::Delete,
+            &name,
+            None,
+            Some(&current),
+            options.dry_run,
+        )
+        .await?;
         if options.dry_run {
+            deleted.push(objects::for_version(&target.t, &target.version, current));
             continue;
         }
         if let Ok(o) =

@@ -250,6 +250,8 @@ pub fn prepare_update(
     new: Value,
     record: bool,
 ) -> Result<Value, ApiError> {
+    // Server-side apply computed these already (`record: false`).
+    let applied_fields = new.pointer("/metadata/managedFields").cloned();
     let mut out = if ctx.subresource == Some("status") {
         let mut o = old.clone();
         o["status"] = new.get("status").cloned().unwrap_or(Value::Null);
@@ -334,6 +336,11 @@ pub fn prepare_update(
             out["metadata"]["managedFields"] = mf.clone();
         }
         fields::record_update(Some(old), &mut out, &ctx.writer());
+    } else if let Some(meta) = out["metadata"].as_object_mut() {
+        match applied_fields {
+            Some(mf) => meta.insert("managedFields".into(), mf),
+            None => meta.remove("managedFields"),
+        };
     }
     out["apiVersion"] = json!(ctx.t.api_version(ctx.t.storage_version()));
     out["kind"] = json!(ctx.t.kind);

@@ -845,3 +845,99 @@ async fn badly_shaped_bodies_and_patches_get_4xx_statuses_and_never_break_the_se
     let (code, _, _) = raw(&client, "GET", item, "", "application/json", b"").await;
     assert_eq!(code, 200);
 }
+
+#[tokio::test]
+async fn delete_collection_deletes_what_the_selector_matches() {
+    let (sim, client) = sim().await;
+    for (name, gpu) in [("a", "yes"), ("b", "yes"), ("c", "no")] {
+        sim.seed(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"gpu": gpu}}})).unwrap();
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    cms.delete_collection(&dry, &ListParams::default().labels("gpu=yes"))
+        .await
+        .unwrap();
+    assert_eq!(sim.list("", "configmaps", Some("default")).len(), 3);
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("gpu=yes"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<Value> = sim.list("", "configmaps", Some("default"));
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["metadata"]["name"], "c");
+}
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_a_dependent_held_by_a_finalizer() {
+    let (sim, client) = sim().await;
+    let owner = sim
+        .seed(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}}))
+        .unwrap();
+    let mut held = owned_config_map("held", &owner);
+    held["metadata"]["finalizers"] = json!(["gpu-reaper.test/hold"]);
+    sim.seed(held).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    cms.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let waiting = sim
+        .get("", "configmaps", "default", "owner")
+        .expect("owner waits");
+    assert!(waiting["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        waiting["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    assert!(
+        sim.get("", "configmaps", "default", "held").unwrap()["metadata"]["deletionTimestamp"]
+            .is_string()
+    );
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(sim.get("", "configmaps", "default", "held").is_none());
+    assert!(
+        sim.get("", "configmaps", "default", "owner").is_none(),
+        "the owner goes with its last dependent"
+    );
+}
+
+#[tokio::test]
+async fn server_side_apply_to_the_status_subresource_changes_only_status() {
+    let (sim, client) = sim().await;
+    sim.seed(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
+        .unwrap();
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client, "default");
+    let applied = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": 9}, "status": {"readyReplicas": 1, "replicas": 1}});
+    let out = deployments
+        .patch_status(
+            "d",
+            &PatchParams::apply("status-writer"),
+            &Patch::Apply(&applied),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status.unwrap().ready_replicas, Some(1));
+    assert_eq!(out.spec.unwrap().replicas, Some(1));
+    let entry = out
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("status-writer"))
+        .unwrap();
+    assert_eq!(entry.subresource.as_deref(), Some("status"));
+    assert_eq!(entry.operation.as_deref(), Some("Apply"));
+}
