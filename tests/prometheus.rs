@@ -476,3 +476,38 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
         assert!(compared >= 50, "{compared}");
     }
 }
+
+#[test]
+fn the_bearer_token_file_is_sent_with_every_query() {
+    // A fake that only answers requests carrying the current token.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut buf) {
+                request.extend_from_slice(&buf[..n]);
+                if n == 0 || request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&request).to_lowercase();
+            let response = if text.contains("authorization: bearer rotated-2") {
+                http("200 OK", br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#)
+            } else {
+                http("401 Unauthorized", br#"{"status":"error","errorType":"unauthorized","error":"bad token"}"#)
+            };
+            let _ = stream.write_all(&response);
+        }
+    });
+    let token = std::env::temp_dir().join(format!("gpu-reaper-token-{}", std::process::id()));
+    std::fs::write(&token, "rotated-1\n").unwrap();
+    let e = failing(&url, &["--prometheus-bearer-token-file", token.to_str().unwrap()]);
+    assert!(e.contains("unauthorized"), "{e}");
+    std::fs::write(&token, "rotated-2\n").unwrap();
+    // Authorised now: every query answers, with no samples at all.
+    let e = failing(&url, &["--prometheus-bearer-token-file", token.to_str().unwrap()]);
+    assert!(e.contains("no samples between"), "{e}");
+    let _ = std::fs::remove_file(&token);
+}
