@@ -40,8 +40,15 @@ fn the_committed_crds_match_what_the_binary_prints() {
         "crds/gpu-reaper.yaml is stale: run `cargo run -- crd > crds/gpu-reaper.yaml` and commit it"
     );
     assert!(committed.contains("x-kubernetes-validations"));
-    let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/helm/gpu-reaper/crds/gpu-reaper.yaml")).unwrap();
-    assert!(chart == committed, "helm/gpu-reaper/crds/gpu-reaper.yaml differs: cp crds/gpu-reaper.yaml helm/gpu-reaper/crds/");
+    let chart = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/helm/gpu-reaper/crds/gpu-reaper.yaml"
+    ))
+    .unwrap();
+    assert!(
+        chart == committed,
+        "helm/gpu-reaper/crds/gpu-reaper.yaml differs: cp crds/gpu-reaper.yaml helm/gpu-reaper/crds/"
+    );
     assert!(committed.contains("duration(self.action.after) >= duration(self.warn.after)"));
 }
 
