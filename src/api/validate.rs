@@ -90,15 +90,6 @@ where
         return Err(fail(problems));
     }
 
-    let typed: K =
-        serde_yaml::from_str(text).map_err(|e| fail(vec![serde_problem(&e.to_string())]))?;
-    let normalised =
-        serde_json::to_value(&typed).map_err(|e| fail(one("(document)", e.to_string())))?;
-    unknown_fields(&raw, &normalised, "", &mut problems);
-    if !problems.is_empty() {
-        return Err(fail(problems));
-    }
-
     let schema = crd.spec.versions[0]
         .schema
         .as_ref()
