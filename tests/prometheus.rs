@@ -494,20 +494,32 @@ fn the_bearer_token_file_is_sent_with_every_query() {
             }
             let text = String::from_utf8_lossy(&request).to_lowercase();
             let response = if text.contains("authorization: bearer rotated-2") {
-                http("200 OK", br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#)
+                http(
+                    "200 OK",
+                    br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+                )
             } else {
-                http("401 Unauthorized", br#"{"status":"error","errorType":"unauthorized","error":"bad token"}"#)
+                http(
+                    "401 Unauthorized",
+                    br#"{"status":"error","errorType":"unauthorized","error":"bad token"}"#,
+                )
             };
             let _ = stream.write_all(&response);
         }
     });
     let token = std::env::temp_dir().join(format!("gpu-reaper-token-{}", std::process::id()));
     std::fs::write(&token, "rotated-1\n").unwrap();
-    let e = failing(&url, &["--prometheus-bearer-token-file", token.to_str().unwrap()]);
+    let e = failing(
+        &url,
+        &["--prometheus-bearer-token-file", token.to_str().unwrap()],
+    );
     assert!(e.contains("unauthorized"), "{e}");
     std::fs::write(&token, "rotated-2\n").unwrap();
     // Authorised now: every query answers, with no samples at all.
-    let e = failing(&url, &["--prometheus-bearer-token-file", token.to_str().unwrap()]);
+    let e = failing(
+        &url,
+        &["--prometheus-bearer-token-file", token.to_str().unwrap()],
+    );
     assert!(e.contains("no samples between"), "{e}");
     let _ = std::fs::remove_file(&token);
 }
