@@ -5,17 +5,21 @@
 //! [`KubeSim::start`]; see `docs/kube-sim.md` for what is implemented, approximated and
 //! left out.
 //!
-//! Rooms: `store` (objects, resourceVersions, history, GC), `resources` (types and
-//! discovery), `http` (routing and verbs), `watch` (streams), `patch` and `fields`
-//! (patches, managedFields, server-side apply), `objects` (metadata rules), `selectors`, `table`
-//! (server-side printing), `admission` (validating webhooks), `faults` (fault injection), `tls`, `status`.
+//! Rooms: `store` (objects, resourceVersions, history, GC), `resources` (types,
+//! discovery, OpenAPI stubs), `http` (connections, routing, content negotiation),
+//! `read` and `write` (the verbs), `eviction` (PDB checks), `watch` (streams), `patch`
+//! and `fields` (patches, managedFields, server-side apply), `objects` (metadata rules),
+//! `selectors`, `table` (server-side printing), `admission` (validating webhooks),
+//! `faults` (fault injection), `tls` (certificates, kubeconfig), `status` (errors).
 
 pub mod admission;
+pub mod eviction;
 pub mod faults;
 pub mod fields;
 pub mod http;
 pub mod objects;
 pub mod patch;
+pub mod read;
 pub mod resources;
 pub mod selectors;
 pub mod status;
@@ -23,6 +27,7 @@ pub mod store;
 pub mod table;
 pub mod tls;
 pub mod watch;
+pub mod write;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::Shared;
-use crate::http::{Body, Representation, Req, Target, metadata_only, selectors};
+use crate::http::{Body, Representation, Req, Target, metadata_only};
 use crate::objects;
+use crate::read::selectors;
 use crate::status::ApiError;
 use crate::store::{Event, EventKind};
 
