@@ -37,6 +37,20 @@ pub struct PrometheusArgs {
     /// Bearer token file, re-read on every request.
     #[arg(long, env = "GPU_REAPER_PROMETHEUS_BEARER_TOKEN_FILE")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
+    /// Basic-auth user for Prometheus (with --prometheus-basic-auth-password-file).
+    #[arg(
+        long,
+        env = "GPU_REAPER_PROMETHEUS_BASIC_AUTH_USER",
+        requires = "prometheus_basic_auth_password_file"
+    )]
+    pub prometheus_basic_auth_user: Option<String>,
+    /// File holding the basic-auth password, re-read on every request.
+    #[arg(
+        long,
+        env = "GPU_REAPER_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE",
+        requires = "prometheus_basic_auth_user"
+    )]
+    pub prometheus_basic_auth_password_file: Option<PathBuf>,
     /// Extra CA bundle (PEM) to trust for Prometheus.
     #[arg(long, env = "GPU_REAPER_PROMETHEUS_CA_FILE")]
     pub prometheus_ca_file: Option<PathBuf>,

@@ -523,3 +523,58 @@ fn the_bearer_token_file_is_sent_with_every_query() {
     assert!(e.contains("no samples between"), "{e}");
     let _ = std::fs::remove_file(&token);
 }
+
+#[test]
+fn basic_auth_credentials_come_from_the_password_file() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut buf) {
+                request.extend_from_slice(&buf[..n]);
+                if n == 0 || request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            // base64("reaper:s3cret")
+            let ok = String::from_utf8_lossy(&request).contains("Basic cmVhcGVyOnMzY3JldA==");
+            let response = if ok {
+                http(
+                    "200 OK",
+                    br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+                )
+            } else {
+                http(
+                    "401 Unauthorized",
+                    br#"{"status":"error","errorType":"unauthorized","error":"who are you"}"#,
+                )
+            };
+            let _ = stream.write_all(&response);
+        }
+    });
+    let password = std::env::temp_dir().join(format!("gpu-reaper-password-{}", std::process::id()));
+    std::fs::write(&password, "s3cret\n").unwrap();
+    let e = failing(
+        &url,
+        &[
+            "--prometheus-basic-auth-user",
+            "reaper",
+            "--prometheus-basic-auth-password-file",
+            password.to_str().unwrap(),
+        ],
+    );
+    assert!(e.contains("no samples between"), "authorised, empty: {e}");
+    let e = failing(
+        &url,
+        &[
+            "--prometheus-basic-auth-user",
+            "intruder",
+            "--prometheus-basic-auth-password-file",
+            password.to_str().unwrap(),
+        ],
+    );
+    assert!(e.contains("who are you"), "{e}");
+    let _ = std::fs::remove_file(&password);
+}

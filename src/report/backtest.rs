@@ -145,6 +145,10 @@ pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
     Ok(PrometheusConfig {
         url,
         bearer_token_file: args.prometheus_bearer_token_file.clone(),
+        basic_auth: args
+            .prometheus_basic_auth_user
+            .clone()
+            .zip(args.prometheus_basic_auth_password_file.clone()),
         ca_file: args.prometheus_ca_file.clone(),
         timeout: positive("prometheus-timeout", &args.prometheus_timeout)?,
         retries: args.prometheus_retries,

@@ -25,6 +25,8 @@ pub struct PrometheusConfig {
     pub url: String,
     /// Bearer token file, re-read on every request (projected tokens rotate).
     pub bearer_token_file: Option<PathBuf>,
+    /// Basic auth: user and a file holding the password (re-read on every request).
+    pub basic_auth: Option<(String, PathBuf)>,
     /// PEM bundle of extra CAs to trust.
     pub ca_file: Option<PathBuf>,
     /// Per-request timeout.
@@ -42,6 +44,7 @@ impl Default for PrometheusConfig {
         Self {
             url: "http://localhost:9090".into(),
             bearer_token_file: None,
+            basic_auth: None,
             ca_file: None,
             timeout: Duration::from_secs(30),
             retries: 2,
@@ -155,6 +158,31 @@ impl PrometheusSource {
                         )
                     })?,
             );
+        }
+        if let Some((user, password_file)) = &self.config.basic_auth {
+            use base64::Engine as _;
+            let password = std::fs::read_to_string(password_file).map_err(|e| {
+                (
+                    format!(
+                        "cannot read the basic-auth password file {}: {e}",
+                        password_file.display()
+                    ),
+                    false,
+                )
+            })?;
+            let credentials = base64::engine::general_purpose::STANDARD.encode(format!(
+                "{user}:{}",
+                password.trim_end_matches(['\n', '\r'])
+            ));
+            let value = format!("Basic {credentials}")
+                .parse::<reqwest::header::HeaderValue>()
+                .map_err(|e| {
+                    (
+                        format!("basic-auth credentials are not a valid header value: {e}"),
+                        false,
+                    )
+                })?;
+            request = request.header(reqwest::header::AUTHORIZATION, value);
         }
         let mut response = request.post_raw().await.map_err(|e| {
             let transient = !matches!(e, prometheus_http_query::Error::ParseUrl(_));
