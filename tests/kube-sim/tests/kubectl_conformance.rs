@@ -825,3 +825,23 @@ async fn kubectl_registers_the_projects_own_crds_and_serves_the_sample_policy() 
         "{kinds}"
     );
 }
+
+#[tokio::test]
+async fn kubectl_get_watch_with_a_request_timeout_ends_by_itself() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(POD)).await;
+    // `kubectl` returns once its 2 s request timeout cuts the watch; SAFETY bounds the wait.
+    let out = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "pods",
+            "--watch",
+            "--request-timeout=2s",
+            "--no-headers",
+        ],
+        None,
+    )
+    .await;
+    assert!(out.starts_with("trainer"), "{out}");
+}

@@ -254,3 +254,52 @@ async fn a_controller_reconciles_every_object_through_410s_and_dropped_watches()
     }
     controller.abort();
 }
+
+#[tokio::test]
+async fn the_event_recorder_creates_an_event_then_patches_its_series() {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let sim = sim().await;
+    let client = sim.client().await.unwrap();
+    let cm = sim.seed(config_map("watched")).unwrap();
+    let cm: ConfigMap = serde_json::from_value(cm).unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpu-reaper".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "GpuIdle".into(),
+        note: Some("GPU 0 idle for 30m".into()),
+        action: "Warn".into(),
+        secondary: None,
+    };
+    let reference = cm.object_ref(&());
+    tokio::time::timeout(SAFETY, recorder.publish(&event, &reference))
+        .await
+        .expect("in time")
+        .unwrap();
+    tokio::time::timeout(SAFETY, recorder.publish(&event, &reference))
+        .await
+        .expect("in time")
+        .unwrap();
+    let events: Api<K8sEvent> = Api::namespaced(client, "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(
+        list.items.len(),
+        1,
+        "the second publish patches the first event"
+    );
+    let stored = &list.items[0];
+    assert_eq!(stored.reason.as_deref(), Some("GpuIdle"));
+    assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(
+        stored.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("watched")
+    );
+}
