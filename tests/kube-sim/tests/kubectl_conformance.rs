@@ -845,3 +845,45 @@ async fn kubectl_get_watch_with_a_request_timeout_ends_by_itself() {
     .await;
     assert!(out.starts_with("trainer"), "{out}");
 }
+
+#[tokio::test]
+async fn kubectl_patches_and_reads_the_status_and_scale_subresources() {
+    let sim = sim().await;
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(DEPLOYMENT)).await;
+    kubectl_ok(
+        &sim,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":2,"readyReplicas":1},"spec":{"replicas":9}}"#,
+        ],
+        None,
+    )
+    .await;
+    let deploy: Value = serde_json::from_str(
+        &kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"], None).await,
+    )
+    .unwrap();
+    assert_eq!(deploy["status"]["readyReplicas"], 1);
+    assert_eq!(
+        deploy["spec"]["replicas"], 2,
+        "a status write leaves spec alone"
+    );
+    let scale: Value = serde_json::from_str(
+        &kubectl_ok(
+            &sim,
+            &["get", "deploy", "web", "--subresource=scale", "-o", "json"],
+            None,
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 2);
+    assert_eq!(scale["status"]["replicas"], 2);
+    assert_eq!(scale["status"]["selector"], "app=web");
+}
