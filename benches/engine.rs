@@ -118,6 +118,7 @@ fn backtest_throughput(c: &mut Criterion) {
     let options = ReadOptions {
         step_seconds: 60,
         skip_unknown_metrics: false,
+        workload_labels: Default::default(),
     };
     let spec = GpuPolicySpec {
         mode: PolicyMode::Enforce,

@@ -29,6 +29,7 @@ fn main() {
         horizon_seconds: 2 * 3600,
         step_seconds: 60,
         selector: String::new(),
+        workload_labels: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -63,6 +63,12 @@ pub struct PrometheusArgs {
     /// Largest Prometheus answer accepted, bytes.
     #[arg(long, default_value_t = 256 << 20, env = "GPU_REAPER_PROMETHEUS_MAX_RESPONSE_BYTES")]
     pub prometheus_max_response_bytes: usize,
+    /// Label naming a DCGM series' pod (default: `exported_pod` when present, else `pod`).
+    #[arg(long, env = "GPU_REAPER_DCGM_POD_LABEL")]
+    pub dcgm_pod_label: Option<String>,
+    /// Label naming a DCGM series' namespace (default: matches the pod label's convention).
+    #[arg(long, env = "GPU_REAPER_DCGM_NAMESPACE_LABEL")]
+    pub dcgm_namespace_label: Option<String>,
     /// Retries of a failed query (connection errors, 429, 5xx).
     #[arg(long, default_value_t = 2, env = "GPU_REAPER_PROMETHEUS_RETRIES")]
     pub prometheus_retries: u32,

@@ -395,6 +395,7 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
         &ReadOptions {
             step_seconds: 60,
             skip_unknown_metrics: false,
+            workload_labels: Default::default(),
         },
     )
     .unwrap();
@@ -413,6 +414,7 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
         horizon_seconds: 9 * 3600,
         step_seconds: 60,
         selector: String::new(),
+        workload_labels: Default::default(),
     };
     let t0 = 1_793_577_600i64;
     // 03:30 is inside embedder-staging's 90-minute exporter gap.

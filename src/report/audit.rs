@@ -65,6 +65,7 @@ pub fn run(args: &AuditArgs) -> Result<()> {
         &ReadOptions {
             step_seconds: 60,
             skip_unknown_metrics: true,
+            workload_labels: crate::report::backtest::workload_labels(&args.prometheus),
         },
     )?;
     let audit = audit(&policy.spec, &trace, args.top);

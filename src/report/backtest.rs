@@ -14,7 +14,7 @@ use crate::backtest::{self, BacktestOptions};
 use crate::cli::{BacktestArgs, OutputFormat, PrometheusArgs};
 use crate::error::{Error, Result};
 use crate::telemetry::prometheus::{PrometheusConfig, PrometheusSource};
-use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
+use crate::telemetry::trace::{ReadOptions, Trace, WorkloadLabels, read_trace};
 
 /// The bundled sample policy (config/samples/policy.yaml).
 pub const SAMPLE_POLICY: &str = include_str!("../../config/samples/policy.yaml");
@@ -40,6 +40,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
     }
     let policy = load_policy(args.policy.as_deref())?;
     let options = ReadOptions {
+        workload_labels: workload_labels(&args.prometheus),
         step_seconds: step.as_secs(),
         skip_unknown_metrics: args.skip_unknown_metrics,
     };
@@ -121,6 +122,14 @@ pub fn fetch_trace(
             source,
         })?;
     Ok(runtime.block_on(source.fetch_trace(from, to, options))?)
+}
+
+/// The DCGM workload label override from the flags.
+pub fn workload_labels(args: &PrometheusArgs) -> WorkloadLabels {
+    WorkloadLabels {
+        pod: args.dcgm_pod_label.clone(),
+        namespace: args.dcgm_namespace_label.clone(),
+    }
 }
 
 /// Typed Prometheus settings from the flags.

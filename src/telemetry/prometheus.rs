@@ -385,6 +385,8 @@ pub struct LiveSettings {
     pub horizon_seconds: i64,
     pub step_seconds: i64,
     pub selector: String,
+    /// Override of the workload label names (default: detected per series).
+    pub workload_labels: super::trace::WorkloadLabels,
 }
 
 /// Observations of every GPU at one instant, keyed by (namespace, pod, GPU id); GPUs with
@@ -425,10 +427,18 @@ impl PrometheusSource {
                 min_samples,
             };
             let q = activity_queries(family, scale, &live.selector, &shape);
-            let counts = self.vector(&q.samples_in_window, now).await?;
-            let busy = self.vector(&q.last_busy, now).await?;
-            let blind = self.vector(&q.last_blind, now).await?;
-            let first = self.vector(&q.first_sample, now).await?;
+            let counts = self
+                .vector(&q.samples_in_window, now, &live.workload_labels)
+                .await?;
+            let busy = self
+                .vector(&q.last_busy, now, &live.workload_labels)
+                .await?;
+            let blind = self
+                .vector(&q.last_blind, now, &live.workload_labels)
+                .await?;
+            let first = self
+                .vector(&q.first_sample, now, &live.workload_labels)
+                .await?;
             let mut this_family = std::collections::BTreeSet::new();
             for (key, (identity, _)) in counts.iter().chain(first.iter()) {
                 if described.contains(key) {
@@ -464,7 +474,11 @@ impl PrometheusSource {
             ("DCGM_FI_DEV_POWER_USAGE", 2),
         ] {
             for (key, (_, value)) in self
-                .vector(&latest(family, &live.selector, window), now)
+                .vector(
+                    &latest(family, &live.selector, window),
+                    now,
+                    &live.workload_labels,
+                )
                 .await?
             {
                 if let Some(obs) = out.get_mut(&key) {
@@ -484,6 +498,7 @@ impl PrometheusSource {
         &self,
         query: &str,
         at: i64,
+        names: &super::trace::WorkloadLabels,
     ) -> Result<
         std::collections::BTreeMap<(String, String, String), (super::trace::GpuIdentity, f64)>,
         PrometheusError,
@@ -499,9 +514,10 @@ impl PrometheusSource {
         let mut out = std::collections::BTreeMap::new();
         for item in items {
             let (metric, sample) = item.into_inner();
-            let identity = super::trace::gpu_identity(|k| {
-                metric.get(k).map(String::as_str).filter(|v| !v.is_empty())
-            })
+            let identity = super::trace::gpu_identity(
+                |k| metric.get(k).map(String::as_str).filter(|v| !v.is_empty()),
+                names,
+            )
             .map_err(|e| fail(format!("a series without GPU identity: {e}")))?;
             out.insert(
                 (

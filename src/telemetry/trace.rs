@@ -147,9 +147,20 @@ pub struct Trace {
     pub samples: u64,
 }
 
+/// Which labels name a DCGM series' workload. Unset: detected per series
+/// (`exported_pod`/`exported_namespace` when present, else `pod`/`namespace`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkloadLabels {
+    /// e.g. `kubernetes_pod_name` on older relabelling setups.
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+}
+
 /// How to read a trace.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
+    /// Override of the workload label names.
+    pub workload_labels: WorkloadLabels,
     pub step_seconds: i64,
     /// Ignore metric families not in [`KNOWN_METRICS`] instead of failing.
     pub skip_unknown_metrics: bool,
@@ -189,6 +200,7 @@ struct SeriesState {
 pub struct TraceBuilder {
     trace: Trace,
     skip_unknown_metrics: bool,
+    workload_labels: WorkloadLabels,
     series: HashMap<String, SeriesState>,
     gpu_index: HashMap<(String, String, String), usize>,
     pod_index: HashMap<(String, String), usize>,
@@ -208,6 +220,7 @@ impl TraceBuilder {
                 ..Trace::default()
             },
             skip_unknown_metrics: options.skip_unknown_metrics,
+            workload_labels: options.workload_labels.clone(),
             series: HashMap::new(),
             gpu_index: HashMap::new(),
             pod_index: HashMap::new(),
@@ -229,6 +242,7 @@ impl TraceBuilder {
                     target: classify_series(
                         s,
                         self.skip_unknown_metrics,
+                        &self.workload_labels,
                         &mut self.trace,
                         &mut self.gpu_index,
                         &mut self.pod_index,
@@ -334,13 +348,20 @@ pub struct GpuIdentity {
 /// Reads a DCGM series' identity. Prometheus renames the workload's labels to
 /// `exported_*` when the exporter's own target labels collide: those win when present.
 /// The newest exporter spells `Hostname` as `hostname`: both are read.
-pub fn gpu_identity<'a>(label: impl Fn(&str) -> Option<&'a str>) -> Result<GpuIdentity, String> {
+pub fn gpu_identity<'a>(
+    label: impl Fn(&str) -> Option<&'a str>,
+    names: &WorkloadLabels,
+) -> Result<GpuIdentity, String> {
     let uuid = label("UUID").ok_or("needs a non-empty `UUID` label")?;
     let instance = label("GPU_I_ID");
-    let (namespace, pod) = match label("exported_pod") {
-        Some(pod) => (label("exported_namespace").unwrap_or_default(), pod),
-        None => (
-            label("namespace").unwrap_or_default(),
+    let (namespace, pod) = match (&names.pod, label("exported_pod")) {
+        (Some(pod_label), _) => (
+            label(names.namespace.as_deref().unwrap_or("namespace")).unwrap_or_default(),
+            label(pod_label).unwrap_or_default(),
+        ),
+        (None, Some(pod)) => (label("exported_namespace").unwrap_or_default(), pod),
+        (None, None) => (
+            label(names.namespace.as_deref().unwrap_or("namespace")).unwrap_or_default(),
             label("pod").unwrap_or_default(),
         ),
     };
@@ -381,6 +402,7 @@ fn require<'a>(
 fn classify_series(
     s: &RawSample<'_>,
     skip_unknown_metrics: bool,
+    workload_labels: &WorkloadLabels,
     trace: &mut Trace,
     gpu_index: &mut HashMap<(String, String, String), usize>,
     pod_index: &mut HashMap<(String, String), usize>,
@@ -406,8 +428,8 @@ fn classify_series(
     }
     let labels = parse_labels(s.labels)?;
     if let Some(m) = metric {
-        let gpu =
-            gpu_identity(|name| label(&labels, name)).map_err(|e| format!("{}: {e}", s.metric))?;
+        let gpu = gpu_identity(|name| label(&labels, name), workload_labels)
+            .map_err(|e| format!("{}: {e}", s.metric))?;
         let key = (gpu.id.clone(), gpu.namespace.clone(), gpu.pod.clone());
         let index = *gpu_index.entry(key).or_insert_with(|| {
             trace.gpus.push(GpuSeries {
@@ -559,6 +581,7 @@ mod tests {
             &ReadOptions {
                 step_seconds: 60,
                 skip_unknown_metrics: false,
+                workload_labels: Default::default(),
             },
         )
     }
@@ -577,6 +600,29 @@ mod tests {
         assert_eq!(
             (t.gpus[1].namespace.as_str(), t.gpus[1].pod.as_str()),
             ("research", "train-0")
+        );
+    }
+
+    #[test]
+    fn workload_label_names_can_be_overridden() {
+        let text = "DCGM_FI_DEV_FB_USED{UUID=\"GPU-1\",kubernetes_pod_name=\"train-0\",kubernetes_namespace=\"ml\",pod=\"exporter\"} 1 1700000000\n";
+        let options = ReadOptions {
+            workload_labels: WorkloadLabels {
+                pod: Some("kubernetes_pod_name".into()),
+                namespace: Some("kubernetes_namespace".into()),
+            },
+            step_seconds: 60,
+            skip_unknown_metrics: false,
+        };
+        let t = read_trace(text.as_bytes(), "t.om", &options).unwrap();
+        assert_eq!(
+            (t.gpus[0].namespace.as_str(), t.gpus[0].pod.as_str()),
+            ("ml", "train-0")
+        );
+        let t = read(text).unwrap();
+        assert_eq!(
+            t.gpus[0].pod, "exporter",
+            "auto-detection without the override"
         );
     }
 
@@ -615,6 +661,7 @@ mod tests {
             &ReadOptions {
                 step_seconds: 60,
                 skip_unknown_metrics: true,
+                workload_labels: Default::default(),
             },
         )
         .unwrap();
@@ -673,6 +720,7 @@ mod tests {
                 &ReadOptions {
                     step_seconds: 60,
                     skip_unknown_metrics: true,
+                    workload_labels: Default::default(),
                 },
             )
             .unwrap_err();
