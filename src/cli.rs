@@ -85,6 +85,10 @@ pub struct AuditArgs {
     /// Idle rules and prices from this GpuPolicy (default: the bundled sample's).
     #[arg(long, env = "GPU_REAPER_POLICY")]
     pub policy: Option<PathBuf>,
+    /// Instead of the report, check that the cluster's telemetry is ready for
+    /// gpu-reaper and say what is missing.
+    #[arg(long)]
+    pub check: bool,
     /// How many top offenders to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,

@@ -18,6 +18,9 @@ pub enum Error {
     /// Prometheus could not answer.
     #[error("{0}")]
     Prometheus(#[from] crate::telemetry::prometheus::PrometheusError),
+    /// `audit --check` found problems (already printed).
+    #[error("{0} telemetry check(s) failed")]
+    NotReady(usize),
     /// A command-line value is wrong.
     #[error("--{flag}: {message}")]
     InvalidArgument { flag: &'static str, message: String },
@@ -51,6 +54,7 @@ impl Error {
             Error::InvalidResource(_) => "invalid_resource",
             Error::Trace(_) => "trace",
             Error::Prometheus(_) => "prometheus",
+            Error::NotReady(_) => "not_ready",
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::Io { .. } => "io",
             Error::Serialize(_) => "serialize",
@@ -61,7 +65,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::InvalidResource(_) | Error::Trace(_) | Error::InvalidArgument { .. } => 2,
-            Error::Io { .. } | Error::Serialize(_) | Error::Prometheus(_) => 1,
+            Error::Io { .. } | Error::Serialize(_) | Error::Prometheus(_) | Error::NotReady(_) => 1,
         }
     }
 }

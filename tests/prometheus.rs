@@ -166,13 +166,7 @@ fn backtest_over_prometheus_history_equals_backtest_over_the_recorded_file() {
 fn audit_reports_idle_hours_by_shape_and_namespace_from_prometheus() {
     let prom = prometheus_with("audit", &sample_trace_text());
     // The trace is in the past: audit looks back from now, so ask for enough history.
-    let since = {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        format!("{}h", (now - 1_793_577_600) / 3600 + 1)
-    };
+    let since = hours_since_sample_start();
     let v = json_of(&run(&[
         "audit",
         "--prometheus-url",
@@ -579,4 +573,83 @@ fn basic_auth_credentials_come_from_the_password_file() {
     );
     assert!(e.contains("who are you"), "{e}");
     let _ = std::fs::remove_file(&password);
+}
+
+fn hours_since_sample_start() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!("{}h", (now - 1_793_577_600) / 3600 + 1)
+}
+
+#[test]
+fn audit_check_says_what_the_cluster_lacks() {
+    let prom = prometheus_with("check", &sample_trace_text());
+    let since = hours_since_sample_start();
+    let o = run(&[
+        "audit",
+        "--check",
+        "--prometheus-url",
+        &prom.url,
+        "--since",
+        &since,
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the T4 lacks profiling metrics: {out}"
+    );
+    assert!(
+        out.contains("[ok] DCGM exporter is scraped: 61 GPUs with GR_ENGINE_ACTIVE"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[!!] profiling metrics (GR_ENGINE_ACTIVE): 1 GPUs report only GPU_UTIL"),
+        "{out}"
+    );
+    assert!(out.contains("[ok] GPUs attributed to pods"), "{out}");
+    assert!(
+        out.contains("[ok] kube-state-metrics GPU requests"),
+        "{out}"
+    );
+
+    // An exporter without --kubernetes and no kube-state-metrics.
+    let bare = "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{UUID=\"GPU-1\",gpu=\"0\",pod=\"nvidia-dcgm-exporter-abcde\",namespace=\"gpu-operator\"} 0 1793577600\n# EOF\n";
+    let prom = prometheus_with("check-bare", bare.as_bytes());
+    let o = run(&[
+        "audit",
+        "--check",
+        "--prometheus-url",
+        &prom.url,
+        "--since",
+        &since,
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("[!!] GPUs attributed to pods") && out.contains("--kubernetes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[!!] kube-state-metrics GPU requests"),
+        "{out}"
+    );
+    assert!(out.contains("[ok] profiling metrics"), "{out}");
+
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let o = run(&[
+        "audit",
+        "--check",
+        "--prometheus-url",
+        &down,
+        "--prometheus-retries",
+        "0",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("[!!] Prometheus answers") && out.contains(&down),
+        "{out}"
+    );
+    assert_eq!(o.status.code(), Some(1));
 }

@@ -56,6 +56,17 @@ pub struct Audit {
 
 /// Runs the command and prints the report.
 pub fn run(args: &AuditArgs) -> Result<()> {
+    if args.check {
+        let (from, to) = time_range(&args.since, None)?;
+        let report =
+            crate::report::backtest::block_on(readiness(&args.prometheus, to - from, to))??;
+        print!("{}", report.render());
+        return if report.ready() {
+            Ok(())
+        } else {
+            Err(crate::Error::NotReady(report.failed()))
+        };
+    }
     let policy = load_policy(args.policy.as_deref())?;
     let (from, to) = time_range(&args.since, None)?;
     let trace = fetch_trace(
@@ -260,4 +271,161 @@ pub fn render(a: &Audit, format: OutputFormat) -> Result<String> {
             out
         }
     })
+}
+
+/// One readiness check: what was looked for, whether it holds, and the fix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub what: String,
+    pub ok: bool,
+    /// Evidence, or how to fix it.
+    pub detail: String,
+}
+
+/// The result of `audit --check`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    pub checks: Vec<Check>,
+}
+
+impl Readiness {
+    /// All checks hold.
+    pub fn ready(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    /// How many checks failed.
+    pub fn failed(&self) -> usize {
+        self.checks.iter().filter(|c| !c.ok).count()
+    }
+
+    /// A checklist for people.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            let _ = writeln!(
+                out,
+                "[{}] {}: {}",
+                if c.ok { "ok" } else { "!!" },
+                c.what,
+                c.detail
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n{}",
+            if self.ready() {
+                "Telemetry is ready for gpu-reaper.".to_string()
+            } else {
+                format!("{} check(s) failed: see docs/telemetry.md.", self.failed())
+            }
+        );
+        out
+    }
+}
+
+/// Asks Prometheus what gpu-reaper needs, looking back `lookback` seconds from `at`.
+pub async fn readiness(
+    args: &crate::cli::PrometheusArgs,
+    lookback: i64,
+    at: i64,
+) -> Result<Readiness> {
+    use crate::telemetry::prometheus::PrometheusSource;
+    use prometheus_http_query::response::Data;
+    let source = PrometheusSource::new(crate::report::backtest::prometheus_config(args)?)?;
+    let range = format!("{}s", lookback.max(60));
+    let mut checks = Vec::new();
+    // One number per query; a failed query is itself a failed check.
+    let scalar = async |query: String| -> std::result::Result<f64, String> {
+        match source.instant(&query, at).await {
+            Ok(Data::Vector(v)) => Ok(v.first().map_or(0.0, |s| s.sample().value())),
+            Ok(_) => Err(format!("`{query}` did not return a vector")),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let count =
+        |family: &str, extra: &str| format!("count(last_over_time({family}{extra}[{range}]))");
+
+    let engine = scalar(count("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "")).await;
+    if let Err(e) = &engine {
+        checks.push(Check {
+            what: "Prometheus answers".into(),
+            ok: false,
+            detail: e.clone(),
+        });
+        return Ok(Readiness { checks });
+    }
+    checks.push(Check {
+        what: "Prometheus answers".into(),
+        ok: true,
+        detail: source_url(args),
+    });
+    let engine = engine.unwrap_or(0.0);
+    let util = scalar(count("DCGM_FI_DEV_GPU_UTIL", ""))
+        .await
+        .unwrap_or(0.0);
+    checks.push(Check {
+        what: "DCGM exporter is scraped".into(),
+        ok: engine + util > 0.0,
+        detail: if engine + util > 0.0 {
+            format!("{engine:.0} GPUs with GR_ENGINE_ACTIVE, {util:.0} with GPU_UTIL")
+        } else {
+            format!("no DCGM_FI_* GPU series in the last {range}: deploy dcgm-exporter and a ServiceMonitor/scrape job for it")
+        },
+    });
+    let only_util = scalar(format!(
+        "count(last_over_time(DCGM_FI_DEV_GPU_UTIL[{range}]) unless on(UUID) last_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[{range}]))"
+    ))
+    .await
+    .unwrap_or(0.0);
+    checks.push(Check {
+        what: "profiling metrics (GR_ENGINE_ACTIVE)".into(),
+        ok: only_util == 0.0,
+        detail: if only_util == 0.0 {
+            "every GPU reports DCGM_FI_PROF_GR_ENGINE_ACTIVE".into()
+        } else {
+            format!("{only_util:.0} GPUs report only GPU_UTIL (busy whenever any kernel ran): enable DCGM_FI_PROF_GR_ENGINE_ACTIVE in the exporter's metrics CSV, where the GPU supports it")
+        },
+    });
+    let attributed = scalar(count(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        r#"{pod!~"(.*dcgm-exporter.*)?"}"#,
+    ))
+    .await
+    .unwrap_or(0.0)
+        + scalar(count(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            r#"{exported_pod!=""}"#,
+        ))
+        .await
+        .unwrap_or(0.0);
+    checks.push(Check {
+        what: "GPUs attributed to pods".into(),
+        ok: attributed > 0.0,
+        detail: if attributed > 0.0 {
+            format!("{attributed:.0} GPU series carry a workload's pod label (native or exported_*)")
+        } else {
+            "no series names a workload pod: run dcgm-exporter with --kubernetes (GPU Operator default)".into()
+        },
+    });
+    let ksm = scalar(count(
+        "kube_pod_container_resource_requests",
+        r#"{resource=~"nvidia_com_.*"}"#,
+    ))
+    .await
+    .unwrap_or(0.0);
+    checks.push(Check {
+        what: "kube-state-metrics GPU requests".into(),
+        ok: ksm > 0.0,
+        detail: if ksm > 0.0 {
+            format!("{ksm:.0} containers request GPUs")
+        } else {
+            "no kube_pod_container_resource_requests{resource=~\"nvidia_com_.*\"}: install kube-state-metrics (needed by audit and backtest without a kubeconfig)".into()
+        },
+    });
+    Ok(Readiness { checks })
+}
+
+fn source_url(args: &crate::cli::PrometheusArgs) -> String {
+    args.prometheus_url.clone().unwrap_or_default()
 }

@@ -105,15 +105,19 @@ pub fn time_range(from: &str, to: Option<&str>) -> Result<(i64, i64)> {
     Ok((from.as_second(), to.as_second()))
 }
 
-/// Pulls a trace from Prometheus (blocking: the CLI has no other async work).
+/// Pulls a trace from Prometheus.
 pub fn fetch_trace(
     args: &PrometheusArgs,
     from: i64,
     to: i64,
     options: &ReadOptions,
 ) -> Result<Trace> {
-    let config = prometheus_config(args)?;
-    let source = PrometheusSource::new(config)?;
+    let source = PrometheusSource::new(prometheus_config(args)?)?;
+    Ok(block_on(source.fetch_trace(from, to, options))??)
+}
+
+/// Runs a future to completion (the CLI has no other async work).
+pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -121,7 +125,7 @@ pub fn fetch_trace(
             path: "tokio runtime".into(),
             source,
         })?;
-    Ok(runtime.block_on(source.fetch_trace(from, to, options))?)
+    Ok(runtime.block_on(future))
 }
 
 /// The DCGM workload label override from the flags.
