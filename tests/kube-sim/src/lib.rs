@@ -21,6 +21,7 @@ pub mod objects;
 pub mod patch;
 pub mod read;
 pub mod resources;
+pub mod schema;
 pub mod selectors;
 pub mod status;
 pub mod store;

@@ -67,6 +67,12 @@ impl ApiError {
     /// 422 with one cause per invalid field, as field validation reports it.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: &[(&str, String)]) -> Self {
         let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        // One cause is printed bare, several as a list, as kube-apiserver does.
+        let summary = if summary.len() > 1 {
+            vec![format!("[{}]", summary.join(", "))]
+        } else {
+            summary
+        };
         let message = format!(
             "{kind}.{} \"{name}\" is invalid: {}",
             if group.is_empty() { "" } else { group },

@@ -13,6 +13,7 @@ use crate::objects::{self, WriteCtx};
 use crate::patch::{self, PatchKind};
 use crate::read::{represent, selectors};
 use crate::resources::ResourceType;
+use crate::schema::{self, FieldValidation};
 use crate::status::ApiError;
 use crate::store::{Propagation, now_rfc3339, object_rv};
 
@@ -58,7 +59,8 @@ pub(crate) async fn create(
     let manager = req.manager();
     let now = now_rfc3339();
     let ctx = ctx(target, &manager, &now, None);
-    let object = objects::prepare_create(&ctx, body, target.namespace.as_deref(), true)?;
+    let mut object = objects::prepare_create(&ctx, body, target.namespace.as_deref(), true)?;
+    let mut warnings = custom_schema(shared, req, target, &mut object, None)?;
     namespace_exists(shared, target)?;
     let name = object["metadata"]["name"]
         .as_str()
@@ -76,16 +78,18 @@ pub(crate) async fn create(
             &name,
         ));
     }
-    let warnings = admission::validate(
-        shared,
-        target,
-        Operation::Create,
-        &name,
-        Some(&object),
-        None,
-        req.dry_run(),
-    )
-    .await?;
+    warnings.extend(
+        admission::validate(
+            shared,
+            target,
+            Operation::Create,
+            &name,
+            Some(&object),
+            None,
+            req.dry_run(),
+        )
+        .await?,
+    );
     let stored = if req.dry_run() {
         object
     } else {
@@ -111,25 +115,57 @@ pub(crate) fn expected_rv(body: &Value) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// Applies a custom resource's CRD schema (defaults, pruning, validation) to a write.
+fn custom_schema(
+    shared: &Shared,
+    req: &Req,
+    target: &Target,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> Result<Vec<String>, ApiError> {
+    let Some(crd) = &target.t.crd else {
+        return Ok(Vec::new());
+    };
+    let schema = shared
+        .store
+        .lock()
+        .get("apiextensions.k8s.io", "customresourcedefinitions", "", crd)
+        .and_then(|crd| schema::schema_for(crd, &target.version));
+    let Some(schema) = schema else {
+        return Ok(Vec::new());
+    };
+    schema::admit(
+        &schema,
+        object,
+        old,
+        FieldValidation::from_param(req.param("fieldValidation")),
+        (&target.t.kind, &target.t.group),
+        &target.t.api_version(&target.version),
+    )
+}
+
 /// Writes `new` over `old` after admission; answers as the endpoint should.
 pub(crate) async fn commit_update(
     shared: &Arc<Shared>,
     req: &Req,
     target: &Target,
     old: &Value,
-    new: Value,
+    mut new: Value,
     expected: u64,
 ) -> Result<Result<Response<Body>, ApiError>, ApiError> {
-    let warnings = admission::validate(
-        shared,
-        target,
-        Operation::Update,
-        target.name(),
-        Some(&new),
-        Some(old),
-        req.dry_run(),
-    )
-    .await?;
+    let mut warnings = custom_schema(shared, req, target, &mut new, Some(old))?;
+    warnings.extend(
+        admission::validate(
+            shared,
+            target,
+            Operation::Update,
+            target.name(),
+            Some(&new),
+            Some(old),
+            req.dry_run(),
+        )
+        .await?,
+    );
     let stored = if req.dry_run() {
         Ok(new)
     } else {
@@ -321,17 +357,20 @@ pub(crate) async fn apply_create(
     if let Some(mf) = merged.pointer("/metadata/managedFields") {
         object["metadata"]["managedFields"] = mf.clone();
     }
+    let mut warnings = custom_schema(shared, req, target, &mut object, None)?;
     namespace_exists(shared, target)?;
-    let warnings = admission::validate(
-        shared,
-        target,
-        Operation::Create,
-        target.name(),
-        Some(&object),
-        None,
-        req.dry_run(),
-    )
-    .await?;
+    warnings.extend(
+        admission::validate(
+            shared,
+            target,
+            Operation::Create,
+            target.name(),
+            Some(&object),
+            None,
+            req.dry_run(),
+        )
+        .await?,
+    );
     let stored = if req.dry_run() {
         object
     } else {

@@ -941,3 +941,132 @@ async fn server_side_apply_to_the_status_subresource_changes_only_status() {
     assert_eq!(entry.subresource.as_deref(), Some("status"));
     assert_eq!(entry.operation.as_deref(), Some("Apply"));
 }
+
+fn gpu_policy_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "budgets.test.gpu-reaper.io"},
+        "spec": {"group": "test.gpu-reaper.io", "scope": "Namespaced",
+            "names": {"kind": "Budget", "plural": "budgets", "singular": "budget"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "required": ["gpus"],
+                        "x-kubernetes-validations": [
+                            {"rule": "self.gpus <= self.limit", "message": "gpus must not exceed limit"},
+                            {"rule": "!has(oldSelf.limit) || self.limit >= oldSelf.limit", "message": "limit may only grow"},
+                        ],
+                        "properties": {
+                            "gpus": {"type": "integer", "minimum": 0},
+                            "limit": {"type": "integer", "default": 8},
+                            "mode": {"type": "string", "enum": ["Audit", "Enforce"]},
+                        }},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                }}},
+            }]},
+    })
+}
+
+#[tokio::test]
+async fn crd_schemas_default_prune_and_validate_custom_objects_with_cel() {
+    let (sim, client) = sim().await;
+    sim.seed(gpu_policy_crd()).unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("test.gpu-reaper.io", "v1", "Budget"),
+        "budgets",
+    );
+    let budgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+    let object = |spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "test.gpu-reaper.io/v1", "kind": "Budget", "metadata": {"name": "b"}, "spec": spec})).unwrap()
+    };
+    // Defaults and pruning; the pruned field comes back as a warning (fieldValidation=Warn).
+    let body = json!({"apiVersion": "test.gpu-reaper.io/v1", "kind": "Budget", "metadata": {"name": "b"}, "spec": {"gpus": 2, "colour": "red"}});
+    let (code, created, headers) = raw(
+        &client,
+        "POST",
+        "/apis/test.gpu-reaper.io/v1/namespaces/default/budgets",
+        "application/json",
+        "application/json",
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"], json!({"gpus": 2, "limit": 8}));
+    assert_eq!(
+        headers.get(http::header::WARNING).unwrap(),
+        "299 - \"unknown field \\\"spec.colour\\\"\""
+    );
+    // Strict field validation refuses the unknown field instead.
+    let (code, answer, _) = raw(&client, "POST", "/apis/test.gpu-reaper.io/v1/namespaces/default/budgets?fieldValidation=Strict", "application/json", "application/json",
+        json!({"apiVersion": "test.gpu-reaper.io/v1", "kind": "Budget", "metadata": {"name": "s"}, "spec": {"gpus": 1, "colour": "red"}}).to_string().as_bytes()).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        answer["message"],
+        "strict decoding error: unknown field \"spec.colour\""
+    );
+    // Structural and CEL failures are 422 Invalid.
+    let invalid = |err: kube::Error| match err {
+        kube::Error::Api(s) if s.code == 422 && s.reason == "Invalid" => s.message,
+        other => panic!("expected 422 Invalid, got {other}"),
+    };
+    let msg = invalid(
+        budgets
+            .create(
+                &PostParams::default(),
+                &object(json!({"gpus": -1, "mode": "Sometimes"})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        msg.starts_with("Budget.test.gpu-reaper.io \"b\" is invalid: ["),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            "spec.gpus: Invalid value: -1: spec.gpus in body should be greater than or equal to 0"
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            "spec.mode: Unsupported value: \"Sometimes\": supported values: \"Audit\", \"Enforce\""
+        ),
+        "{msg}"
+    );
+    let msg = invalid(
+        budgets
+            .patch(
+                "b",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"gpus": 9}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert!(msg.contains("gpus must not exceed limit"), "{msg}");
+    // A transition rule sees the old object.
+    let msg = invalid(
+        budgets
+            .patch(
+                "b",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"gpus": 1, "limit": 4}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert!(msg.contains("limit may only grow"), "{msg}");
+    budgets
+        .patch(
+            "b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"limit": 16, "gpus": 12}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        sim.get("test.gpu-reaper.io", "budgets", "default", "b")
+            .unwrap()["spec"]["gpus"],
+        12
+    );
+}
