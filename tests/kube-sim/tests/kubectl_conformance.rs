@@ -887,3 +887,52 @@ async fn kubectl_patches_and_reads_the_status_and_scale_subresources() {
     assert_eq!(scale["status"]["replicas"], 2);
     assert_eq!(scale["status"]["selector"], "app=web");
 }
+
+#[tokio::test]
+async fn kubectl_reports_schema_and_cel_failures_and_unknown_fields_of_custom_objects() {
+    let sim = sim().await;
+    let mut definition = crd("test.gpu-reaper.io", "v1", "Budget", "budgets", true);
+    definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({
+        "type": "object",
+        "properties": {"spec": {
+            "type": "object",
+            "x-kubernetes-validations": [{"rule": "self.gpus <= 8", "message": "at most 8 GPUs without an attestation"}],
+            "properties": {"gpus": {"type": "integer", "minimum": 0}},
+        }},
+    });
+    kubectl_ok(&sim, &["create", "-f", "-"], Some(&definition.to_string())).await;
+    let budget = |spec: Value| {
+        json!({"apiVersion": "test.gpu-reaper.io/v1", "kind": "Budget", "metadata": {"name": "b"}, "spec": spec}).to_string()
+    };
+    let run = kubectl(
+        &sim,
+        &["create", "-f", "-"],
+        Some(&budget(json!({"gpus": 16}))),
+    )
+    .await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("The Budget \"b\" is invalid: spec: Invalid value: \"object\": at most 8 GPUs without an attestation"),
+        "{}",
+        run.stderr
+    );
+    // kubectl asks for strict field validation: an unknown field is an error.
+    let run = kubectl(
+        &sim,
+        &["create", "-f", "-"],
+        Some(&budget(json!({"gpus": 1, "gpuz": 2}))),
+    )
+    .await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("unknown field \"spec.gpuz\""),
+        "{}",
+        run.stderr
+    );
+    kubectl_ok(
+        &sim,
+        &["create", "-f", "-"],
+        Some(&budget(json!({"gpus": 1}))),
+    )
+    .await;
+}
