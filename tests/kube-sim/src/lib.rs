@@ -280,6 +280,57 @@ impl KubeSim {
             .collect()
     }
 
+    /// Waits until the object satisfies `condition` (called with `None` while it does
+    /// not exist) in its current state or any later one, driven by the store's change
+    /// feed rather than polling; `None` when
+    /// `timeout` passes first. Returns the object as stored (or `Value::Null` if the
+    /// condition held for an absent object).
+    pub async fn wait_for(
+        &self,
+        (group, plural): (&str, &str),
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+        condition: impl Fn(Option<&Value>) -> bool,
+    ) -> Option<Value> {
+        let mut events = {
+            let state = self.shared.store.lock();
+            let current = state.get(group, plural, namespace, name);
+            if condition(current) {
+                return Some(current.cloned().unwrap_or(Value::Null));
+            }
+            state.subscribe()
+        };
+        let wait = async {
+            loop {
+                match events.recv().await {
+                    Ok(event)
+                        if event.group == group
+                            && event.resource == plural
+                            && event.namespace == namespace
+                            && event.object["metadata"]["name"] == name =>
+                    {
+                        // Each state the object passes through is checked, not just the latest.
+                        let state =
+                            (event.kind != store::EventKind::Deleted).then_some(&*event.object);
+                        if condition(state) {
+                            return Some(state.cloned().unwrap_or(Value::Null));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let current = self.get(group, plural, namespace, name);
+                        if condition(current.as_ref()) {
+                            return Some(current.unwrap_or(Value::Null));
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten()
+    }
+
     /// The newest resourceVersion handed out.
     pub fn resource_version(&self) -> u64 {
         self.shared.store.lock().resource_version()

@@ -1070,3 +1070,42 @@ async fn crd_schemas_default_prune_and_validate_custom_objects_with_cel() {
         12
     );
 }
+
+#[tokio::test]
+async fn wait_for_returns_when_a_write_makes_the_condition_true() {
+    let (sim, client) = sim().await;
+    sim.seed(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"state": "busy"}})).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let writer = tokio::spawn(async move {
+        cms.patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"state": "idle"}})),
+        )
+        .await
+        .unwrap();
+        cms.delete("c", &DeleteParams::default()).await.unwrap();
+    });
+    let idle = sim
+        .wait_for(("", "configmaps"), "default", "c", SAFETY, |o| {
+            o.is_some_and(|o| o["data"]["state"] == "idle")
+        })
+        .await
+        .expect("became idle");
+    assert_eq!(idle["data"]["state"], "idle");
+    let gone = sim
+        .wait_for(("", "configmaps"), "default", "c", SAFETY, |o| o.is_none())
+        .await;
+    assert_eq!(gone, Some(Value::Null));
+    writer.await.unwrap();
+    let never = sim
+        .wait_for(
+            ("", "configmaps"),
+            "default",
+            "c",
+            Duration::from_millis(50),
+            |o| o.is_some(),
+        )
+        .await;
+    assert!(never.is_none());
+}
