@@ -435,7 +435,7 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
             }
             let mut replayed = GpuObservation::default();
             tracker.fill(&mut replayed);
-            let key = (g.namespace.clone(), g.pod.clone(), g.id.clone());
+            let key = (g.gpu.namespace.clone(), g.gpu.pod.clone(), g.gpu.id.clone());
             if replayed.first_sample_at.is_none() {
                 assert!(
                     !observed.contains_key(&key),
@@ -465,7 +465,7 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
                 live_obs.coverage,
                 replayed.coverage
             );
-            assert!((live_obs.share - g.share).abs() < 1e-12);
+            assert!((live_obs.share - g.gpu.share).abs() < 1e-12);
             compared += 1;
         }
         assert_eq!(compared, observed.len(), "no extra GPUs at minute {minute}");

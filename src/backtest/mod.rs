@@ -456,10 +456,10 @@ fn build_workloads(
         .gpus
         .iter()
         .enumerate()
-        .filter(|(_, g)| !g.pod.is_empty())
+        .filter(|(_, g)| !g.gpu.pod.is_empty())
     {
         gpus_by_pod
-            .entry((&g.namespace, &g.pod))
+            .entry((&g.gpu.namespace, &g.gpu.pod))
             .or_default()
             .push(i);
     }
@@ -573,9 +573,9 @@ fn build_workloads(
             let observations = gpus
                 .iter()
                 .map(|&(gi, pod)| GpuObservation {
-                    id: trace.gpus[gi].id.clone(),
-                    model: trace.gpus[gi].model.clone(),
-                    share: trace.gpus[gi].share,
+                    id: trace.gpus[gi].gpu.id.clone(),
+                    model: trace.gpus[gi].gpu.model.clone(),
+                    share: trace.gpus[gi].gpu.share,
                     pod,
                     ..GpuObservation::default()
                 })

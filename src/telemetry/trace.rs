@@ -70,16 +70,8 @@ impl Column {
 /// One GPU (or MIG instance) bound to one pod, with its metric columns.
 #[derive(Debug, Clone, Default)]
 pub struct GpuSeries {
-    /// `GPU-<uuid>` or `GPU-<uuid>/<GPU_I_ID>`.
-    pub id: String,
-    pub model: String,
-    pub hostname: String,
-    pub mig_profile: Option<String>,
-    /// Share of a physical GPU (MIG slices: their share of 7).
-    pub share: f64,
-    /// Workload namespace and pod; empty when the GPU is not allocated.
-    pub namespace: String,
-    pub pod: String,
+    /// Which GPU, and which workload pod (empty when the GPU is not allocated).
+    pub gpu: GpuIdentity,
     pub engine_active: Column,
     pub gpu_util: Column,
     pub fb_used: Column,
@@ -90,7 +82,7 @@ pub struct GpuSeries {
 impl GpuSeries {
     /// Not bound to a workload: no pod label, or only the DCGM exporter's own.
     pub fn pod_unallocated(&self) -> bool {
-        self.pod.is_empty() || self.pod.contains("dcgm-exporter")
+        self.gpu.pod.is_empty() || self.gpu.pod.contains("dcgm-exporter")
     }
 }
 
@@ -310,9 +302,13 @@ impl TraceBuilder {
         let mut trace = self.trace;
         // Deterministic order whatever order the samples came in (files and Prometheus
         // answers list series differently).
-        trace
-            .gpus
-            .sort_by(|a, b| (&a.namespace, &a.pod, &a.id).cmp(&(&b.namespace, &b.pod, &b.id)));
+        trace.gpus.sort_by(|a, b| {
+            (&a.gpu.namespace, &a.gpu.pod, &a.gpu.id).cmp(&(
+                &b.gpu.namespace,
+                &b.gpu.pod,
+                &b.gpu.id,
+            ))
+        });
         trace
             .pods
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -332,7 +328,7 @@ pub fn read_trace<R: BufRead>(
 }
 
 /// Who a DCGM series is about, from its labels.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuIdentity {
     /// `GPU-<uuid>` or `GPU-<uuid>/<GPU_I_ID>`.
     pub id: String,
@@ -433,13 +429,7 @@ fn classify_series(
         let key = (gpu.id.clone(), gpu.namespace.clone(), gpu.pod.clone());
         let index = *gpu_index.entry(key).or_insert_with(|| {
             trace.gpus.push(GpuSeries {
-                id: gpu.id,
-                model: gpu.model,
-                hostname: gpu.hostname,
-                share: gpu.share,
-                mig_profile: gpu.mig_profile,
-                namespace: gpu.namespace,
-                pod: gpu.pod,
+                gpu,
                 ..GpuSeries::default()
             });
             trace.gpus.len() - 1
@@ -594,11 +584,11 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            (t.gpus[0].namespace.as_str(), t.gpus[0].pod.as_str()),
+            (t.gpus[0].gpu.namespace.as_str(), t.gpus[0].gpu.pod.as_str()),
             ("inference", "vllm-0")
         );
         assert_eq!(
-            (t.gpus[1].namespace.as_str(), t.gpus[1].pod.as_str()),
+            (t.gpus[1].gpu.namespace.as_str(), t.gpus[1].gpu.pod.as_str()),
             ("research", "train-0")
         );
     }
@@ -616,12 +606,12 @@ mod tests {
         };
         let t = read_trace(text.as_bytes(), "t.om", &options).unwrap();
         assert_eq!(
-            (t.gpus[0].namespace.as_str(), t.gpus[0].pod.as_str()),
+            (t.gpus[0].gpu.namespace.as_str(), t.gpus[0].gpu.pod.as_str()),
             ("ml", "train-0")
         );
         let t = read(text).unwrap();
         assert_eq!(
-            t.gpus[0].pod, "exporter",
+            t.gpus[0].gpu.pod, "exporter",
             "auto-detection without the override"
         );
     }
@@ -634,8 +624,8 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(t.gpus.len(), 2);
-        assert_eq!(t.gpus[0].id, "GPU-a/13");
-        assert!((t.gpus[1].share - 3.0 / 7.0).abs() < 1e-9);
+        assert_eq!(t.gpus[0].gpu.id, "GPU-a/13");
+        assert!((t.gpus[1].gpu.share - 3.0 / 7.0).abs() < 1e-9);
     }
 
     #[test]
