@@ -2,7 +2,8 @@
 //! that match a write (rules, namespaceSelector, objectSelector), calls each over HTTPS
 //! with an AdmissionReview v1 (the server certificate checked against `caBundle`,
 //! `timeoutSeconds` enforced), and turns denials, failures (per `failurePolicy`) and
-//! warnings into what kube-apiserver answers. `matchConditions` (CEL) are not evaluated.
+//! warnings into what kube-apiserver answers. `matchConditions` are CEL expressions over
+//! `object`, `oldObject` and `request`, evaluated with kube-cel.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,6 +139,16 @@ pub async fn validate(
             }
             let webhook_name = webhook["name"].as_str().unwrap_or_default().to_string();
             let review = review(target, operation, name, object, old_object, dry_run);
+            match match_conditions(&webhook, &review["request"]) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) if webhook["failurePolicy"].as_str() == Some("Ignore") => continue,
+                Err(why) => {
+                    return Err(ApiError::internal(format!(
+                        "Internal error occurred: failed calling webhook \"{webhook_name}\": {why}"
+                    )));
+                }
+            }
             let uid = review["request"]["uid"].clone();
             let timeout = Duration::from_secs(
                 webhook["timeoutSeconds"]
@@ -181,6 +192,42 @@ pub async fn validate(
         }
     }
     Ok(warnings)
+}
+
+/// Whether every `matchConditions` expression holds for this request; `Err` when one
+/// does not compile, fails, or is not a bool (then `failurePolicy` decides).
+fn match_conditions(webhook: &Value, request: &Value) -> Result<bool, String> {
+    use kube_cel::KubeCelExt;
+    use kube_cel::cel::{Context, Program, Value as Cel};
+    let Some(conditions) = webhook["matchConditions"].as_array() else {
+        return Ok(true);
+    };
+    let mut context = Context::default().with_all();
+    for (variable, value) in [
+        ("object", &request["object"]),
+        ("oldObject", &request["oldObject"]),
+        ("request", request),
+    ] {
+        let value = kube_cel::cel::to_value(value).map_err(|e| e.to_string())?;
+        context.add_variable_from_value(variable, value);
+    }
+    for condition in conditions {
+        let name = condition["name"].as_str().unwrap_or_default();
+        let expression = condition["expression"].as_str().unwrap_or("true");
+        let program = Program::compile(expression)
+            .map_err(|e| format!("compilation failed for matchCondition {name:?}: {e}"))?;
+        match program.execute(&context) {
+            Ok(Cel::Bool(true)) => {}
+            Ok(Cel::Bool(false)) => return Ok(false),
+            Ok(other) => {
+                return Err(format!(
+                    "matchCondition {name:?} did not evaluate to a bool: {other:?}"
+                ));
+            }
+            Err(e) => return Err(format!("failed to evaluate matchCondition {name:?}: {e}")),
+        }
+    }
+    Ok(true)
 }
 
 /// The error a denial becomes, worded like kube-apiserver's `ToStatusErr`.

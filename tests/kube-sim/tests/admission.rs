@@ -304,3 +304,69 @@ async fn delete_rules_see_the_old_object_and_a_service_reference_is_routed() {
     assert!(sim.get("", "configmaps", "default", "drop").is_none());
     assert_eq!(webhook.requests()[0]["request"]["operation"], "DELETE");
 }
+
+#[tokio::test]
+async fn match_conditions_written_in_cel_decide_whether_the_webhook_is_called() {
+    let (sim, client) = sim().await;
+    let webhook = Webhook::start(
+        |_| json!({"allowed": false, "status": {"message": "GPU pods need an attestation"}}),
+    )
+    .await;
+    let mut config = webhook.configuration("gpu-only", pod_rules(), "Fail");
+    config["webhooks"][0]["matchConditions"] = json!([
+        {"name": "asks-for-gpus", "expression": "object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits)"},
+        {"name": "not-dry-run", "expression": "!request.dryRun"},
+    ]);
+    sim.seed(config).unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("cpu", json!({})))
+        .await
+        .unwrap();
+    let mut gpu = pod("gpu", json!({}));
+    gpu.spec.as_mut().unwrap().containers[0].resources =
+        Some(serde_json::from_value(json!({"limits": {"nvidia.com/gpu": "1"}})).unwrap());
+    pods.create(
+        &PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        &gpu,
+    )
+    .await
+    .unwrap();
+    assert!(
+        webhook.requests().is_empty(),
+        "neither request matched all conditions"
+    );
+    let status = api_error(pods.create(&PostParams::default(), &gpu).await.unwrap_err());
+    assert!(
+        status
+            .message
+            .ends_with("denied the request: GPU pods need an attestation"),
+        "{}",
+        status.message
+    );
+    assert_eq!(webhook.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_match_condition_that_cannot_be_evaluated_follows_the_failure_policy() {
+    let (sim, client) = sim().await;
+    let webhook = Webhook::start(|_| json!({"allowed": true})).await;
+    let mut config = webhook.configuration("broken", pod_rules(), "Fail");
+    config["webhooks"][0]["matchConditions"] =
+        json!([{"name": "oops", "expression": "object.metadata.name +"}]);
+    sim.seed(config).unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let status = api_error(
+        pods.create(&PostParams::default(), &pod("p", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code, 500);
+    assert!(
+        status.message.contains("matchCondition \"oops\""),
+        "{}",
+        status.message
+    );
+}
