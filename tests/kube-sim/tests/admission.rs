@@ -370,3 +370,75 @@ async fn a_match_condition_that_cannot_be_evaluated_follows_the_failure_policy()
         status.message
     );
 }
+
+#[tokio::test]
+async fn the_review_parses_as_kube_core_admission_types() {
+    use kube::api::DynamicObject;
+    use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+
+    let (sim, client) = sim().await;
+    let webhook = Webhook::start(|_| json!({"allowed": true})).await;
+    sim.seed(webhook.configuration("typed", pod_rules(), "Fail"))
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("p", json!({"v": "1"})))
+        .await
+        .unwrap();
+    pods.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}})),
+    )
+    .await
+    .unwrap();
+    for (review, operation) in webhook
+        .requests()
+        .into_iter()
+        .zip([Operation::Create, Operation::Update])
+    {
+        let review: AdmissionReview<DynamicObject> =
+            serde_json::from_value(review).expect("an AdmissionReview kube-core can read");
+        let request: AdmissionRequest<DynamicObject> = review.try_into().expect("a request");
+        assert_eq!(request.operation, operation);
+        assert_eq!(request.name, "p");
+        assert_eq!(request.namespace.as_deref(), Some("default"));
+        assert_eq!(
+            request
+                .object
+                .as_ref()
+                .and_then(|o| o.metadata.name.as_deref()),
+            Some("p")
+        );
+        assert_eq!(request.old_object.is_some(), operation == Operation::Update);
+    }
+}
+
+#[tokio::test]
+async fn a_denial_built_with_kube_core_reaches_the_client_as_kube_apiserver_words_it() {
+    use kube::api::DynamicObject;
+    use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+
+    let (sim, client) = sim().await;
+    let webhook = Webhook::start(|request| {
+        let review: AdmissionReview<DynamicObject> =
+            serde_json::from_value(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})).unwrap();
+        let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+        let mut response = AdmissionResponse::from(&request).deny("needs a ReadinessAttestation");
+        response.warnings = Some(vec!["checked by gpu-reaper".into()]);
+        serde_json::to_value(response.into_review()).unwrap()["response"].clone()
+    })
+    .await;
+    sim.seed(webhook.configuration("typed", pod_rules(), "Fail"))
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let status = api_error(
+        pods.create(&PostParams::default(), &pod("p", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code, 400);
+    assert_eq!(
+        status.message,
+        "admission webhook \"typed.gpu-reaper.test\" denied the request: needs a ReadinessAttestation"
+    );
+}
