@@ -347,9 +347,49 @@ pub fn prepare_update(
     Ok(out)
 }
 
+/// core/v1 Event field ↔ events.k8s.io/v1 Event field, as kube-apiserver converts them.
+const EVENT_FIELDS: [(&str, &str); 7] = [
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("count", "deprecatedCount"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("source", "deprecatedSource"),
+];
+
+/// An events.k8s.io/v1 Event in the core/v1 shape it is stored in.
+pub fn event_to_core(mut object: Value) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        for (core, events) in EVENT_FIELDS {
+            if let Some(value) = map.remove(events) {
+                map.insert(core.into(), value);
+            }
+        }
+        map.insert("apiVersion".into(), json!("v1"));
+    }
+    object
+}
+
+/// A stored core/v1 Event as events.k8s.io/v1 shows it.
+pub fn event_from_core(mut object: Value) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        for (core, events) in EVENT_FIELDS {
+            if let Some(value) = map.remove(core) {
+                map.insert(events.into(), value);
+            }
+        }
+        map.insert("apiVersion".into(), json!("events.k8s.io/v1"));
+    }
+    object
+}
+
 /// Rewrites a stored object for a client of another served version (no conversion
-/// webhooks: only `apiVersion` changes).
+/// webhooks: only `apiVersion` changes; events.k8s.io Events are converted from core).
 pub fn for_version(t: &ResourceType, version: &str, mut object: Value) -> Value {
+    if crate::store::is_event_alias(&t.group, &t.plural) {
+        return event_from_core(object);
+    }
     if let Some(m) = object.as_object_mut() {
         m.insert("apiVersion".into(), json!(t.api_version(version)));
     }

@@ -151,7 +151,8 @@ pub(crate) fn list(
     if let Some(token) = &continue_token {
         metadata["continue"] = json!(token);
     }
-    let storage_version = target.version == target.t.storage_version();
+    let storage_version = target.version == target.t.storage_version()
+        && !crate::store::is_event_alias(&target.t.group, &target.t.plural);
     let converted = |o: &Value| objects::for_version(&target.t, &target.version, o.clone());
     let (kind, api_version, rendered): (String, String, Vec<Value>) = match req.wants() {
         Representation::Table => {

@@ -232,7 +232,14 @@ impl FieldSelector {
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
             let pointer = format!("/{}", field.replace('.', "/"));
-            let actual = match object.pointer(&pointer) {
+            // events.k8s.io field names on Events stored in the core/v1 shape.
+            let core_pointer = pointer
+                .replacen("/regarding/", "/involvedObject/", 1)
+                .replacen("/reportingController", "/reportingComponent", 1);
+            let actual = match object
+                .pointer(&pointer)
+                .or_else(|| object.pointer(&core_pointer))
+            {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(other) => other.to_string(),

@@ -83,6 +83,21 @@ pub struct Store {
 pub const INITIAL_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// Where objects of a type are kept. events.k8s.io/v1 Events are the core/v1 Events
+/// seen through another API, as in kube-apiserver: both share one store (core shape).
+pub fn storage_key(group: &str, plural: &str) -> (String, String) {
+    if is_event_alias(group, plural) {
+        (String::new(), "events".into())
+    } else {
+        (group.to_string(), plural.to_string())
+    }
+}
+
+/// Whether (group, plural) is the events.k8s.io view of core Events.
+pub fn is_event_alias(group: &str, plural: &str) -> bool {
+    group == "events.k8s.io" && plural == "events"
+}
+
 /// RFC 3339 time in seconds, as metadata timestamps are written.
 pub fn now_rfc3339() -> String {
     jiff::Timestamp::now()
@@ -227,7 +242,7 @@ impl State {
 
     pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<&Value> {
         self.objects
-            .get(&(group.to_string(), plural.to_string()))?
+            .get(&storage_key(group, plural))?
             .get(&(namespace.to_string(), name.to_string()))
             .map(Arc::as_ref)
     }
@@ -253,7 +268,7 @@ impl State {
         namespace: Option<&'a str>,
         after: Option<&'a ObjectKey>,
     ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + 'a {
-        let objects = self.objects.get(&(group.to_string(), plural.to_string()));
+        let objects = self.objects.get(&storage_key(group, plural));
         let start = match after {
             Some(key) => std::ops::Bound::Excluded(key.clone()),
             None => match namespace {
@@ -303,8 +318,8 @@ impl State {
     ) {
         let event = Arc::new(Event {
             rv: self.rv,
-            group: t.group.clone(),
-            resource: t.plural.clone(),
+            group: storage_key(&t.group, &t.plural).0,
+            resource: storage_key(&t.group, &t.plural).1,
             namespace: meta_str(&object, "namespace").to_string(),
             kind,
             object,
@@ -318,9 +333,12 @@ impl State {
 
     /// Stores a new object (its metadata already prepared) under a fresh resourceVersion.
     pub fn insert(&mut self, t: &ResourceType, mut object: Value) -> Result<Value, ApiError> {
+        if is_event_alias(&t.group, &t.plural) {
+            object = crate::objects::event_to_core(object);
+        }
         let namespace = meta_str(&object, "namespace").to_string();
         let name = meta_str(&object, "name").to_string();
-        let key = (t.group.clone(), t.plural.clone());
+        let key = storage_key(&t.group, &t.plural);
         if self
             .objects
             .get(&key)
@@ -354,6 +372,9 @@ impl State {
         mut object: Value,
         expected_rv: Option<u64>,
     ) -> Result<Value, ApiError> {
+        if is_event_alias(&t.group, &t.plural) {
+            object = crate::objects::event_to_core(object);
+        }
         let namespace = meta_str(&object, "namespace").to_string();
         let name = meta_str(&object, "name").to_string();
         let Some(current) = self.get(&t.group, &t.plural, &namespace, &name) else {
@@ -387,7 +408,7 @@ impl State {
         let shared = Arc::new(object.clone());
         let old = self
             .objects
-            .entry((t.group.clone(), t.plural.clone()))
+            .entry(storage_key(&t.group, &t.plural))
             .or_default()
             .insert((namespace, name), shared.clone());
         self.emit(t, EventKind::Modified, shared, old);
@@ -460,7 +481,7 @@ impl State {
             let shared = Arc::new(marked.clone());
             let old = self
                 .objects
-                .entry((t.group.clone(), t.plural.clone()))
+                .entry(storage_key(&t.group, &t.plural))
                 .or_default()
                 .insert((namespace.to_string(), name.to_string()), shared.clone());
             self.emit(t, EventKind::Modified, shared, old);
@@ -483,7 +504,7 @@ impl State {
     ) -> Option<Value> {
         let removed = self
             .objects
-            .get_mut(&(t.group.clone(), t.plural.clone()))?
+            .get_mut(&storage_key(&t.group, &t.plural))?
             .remove(&(namespace.to_string(), name.to_string()))?;
         let mut object = last.unwrap_or_else(|| Arc::unwrap_or_clone(removed));
         let rv = self.next_rv();
@@ -510,7 +531,10 @@ impl State {
         }
         if t.is("", "namespaces") {
             let types = self.types.clone();
-            for nt in types.iter().filter(|nt| nt.namespaced) {
+            for nt in types
+                .iter()
+                .filter(|nt| nt.namespaced && !is_event_alias(&nt.group, &nt.plural))
+            {
                 let keys: Vec<ObjectKey> = self
                     .list(&nt.group, &nt.plural, Some(name), None)
                     .map(|(k, _)| k.clone())
@@ -532,6 +556,9 @@ impl State {
     fn dependents(&self, uid: &str) -> Vec<(ResourceType, String, String)> {
         let mut found = Vec::new();
         for t in &self.types {
+            if is_event_alias(&t.group, &t.plural) {
+                continue;
+            }
             if let Some(objects) = self.objects.get(&(t.group.clone(), t.plural.clone())) {
                 for ((ns, n), o) in objects {
                     if has_owner(o, uid) {

@@ -51,9 +51,9 @@ pub fn watch(shared: &Arc<Shared>, req: &Req, target: &Target) -> Result<Respons
     let t = target.t.clone();
     let version = target.version.clone();
     let namespace = target.namespace.clone();
+    let storage = crate::store::storage_key(&t.group, &t.plural);
     let matches = move |group: &str, resource: &str, ns: &str, object: &Value| {
-        group == t.group
-            && resource == t.plural
+        (group, resource) == (storage.0.as_str(), storage.1.as_str())
             && namespace.as_deref().is_none_or(|want| want == ns)
             && labels.matches(object)
             && fields.matches(object)

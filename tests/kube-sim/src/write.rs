@@ -181,7 +181,7 @@ pub(crate) async fn commit_update(
 }
 
 pub(crate) fn read_current(shared: &Shared, target: &Target) -> Result<Value, ApiError> {
-    shared
+    let stored = shared
         .store
         .lock()
         .get(
@@ -191,7 +191,9 @@ pub(crate) fn read_current(shared: &Shared, target: &Target) -> Result<Value, Ap
             target.name(),
         )
         .cloned()
-        .ok_or_else(|| ApiError::not_found(&target.t.group, &target.t.plural, target.name()))
+        .ok_or_else(|| ApiError::not_found(&target.t.group, &target.t.plural, target.name()))?;
+    // Writers and webhooks see the object as the requested API shows it.
+    Ok(objects::for_version(&target.t, &target.version, stored))
 }
 
 pub(crate) async fn update(
@@ -270,7 +272,8 @@ pub(crate) async fn patch_object(
                 target.ns(),
                 target.name(),
             )
-            .cloned();
+            .cloned()
+            .map(|o| objects::for_version(&target.t, &target.version, o));
         let new = match (kind, current.as_ref(), sub) {
             (PatchKind::Apply, None, None) => {
                 return apply_create(shared, req, target, &ctx, patch_body, force).await;

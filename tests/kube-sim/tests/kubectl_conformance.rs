@@ -936,3 +936,51 @@ async fn kubectl_reports_schema_and_cel_failures_and_unknown_fields_of_custom_ob
     )
     .await;
 }
+
+#[tokio::test]
+async fn events_recorded_through_events_k8s_io_show_in_kubectl_describe() {
+    let sim = sim().await;
+    let pod = sim
+        .seed(serde_yaml::from_str::<Value>(POD).unwrap())
+        .unwrap();
+    let client = sim.client().await.unwrap();
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client, "default");
+    let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "trainer.idle"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "regarding": {"kind": "Pod", "name": "trainer", "namespace": "default", "uid": pod["metadata"]["uid"], "apiVersion": "v1"},
+        "reason": "GpuIdle", "note": "GPU 0 idle for 30m", "type": "Warning", "action": "Warn",
+        "reportingController": "gpu-reaper", "reportingInstance": "gpu-reaper-0",
+    }))
+    .unwrap();
+    tokio::time::timeout(SAFETY, events.create(&Default::default(), &event))
+        .await
+        .expect("in time")
+        .unwrap();
+    // The same object through core/v1, as kubectl reads it.
+    let core = kubectl_ok(
+        &sim,
+        &["get", "events.v1.", "trainer.idle", "-o", "json"],
+        None,
+    )
+    .await;
+    let core: Value = serde_json::from_str(&core).unwrap();
+    assert_eq!(core["involvedObject"]["name"], "trainer");
+    assert_eq!(core["message"], "GPU 0 idle for 30m");
+    let out = kubectl_ok(&sim, &["describe", "pod", "trainer"], None).await;
+    assert!(
+        out.contains("GpuIdle") && out.contains("GPU 0 idle for 30m"),
+        "{out}"
+    );
+    // And back through events.k8s.io, selected by the object it regards.
+    let listed = tokio::time::timeout(
+        SAFETY,
+        events.list(&kube::api::ListParams::default().fields("regarding.name=trainer")),
+    )
+    .await
+    .expect("in time")
+    .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].note.as_deref(), Some("GPU 0 idle for 30m"));
+}
