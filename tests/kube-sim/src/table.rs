@@ -104,6 +104,7 @@ fn columns(t: &ResourceType) -> Vec<Column> {
             }),
         });
     }
+    columns.extend(builtin_columns(t));
     for c in &t.printer_columns {
         let (path, kind) = (c.json_path.clone(), c.kind.clone());
         columns.push(Column {
@@ -134,6 +135,86 @@ fn columns(t: &ResourceType) -> Vec<Column> {
         });
     }
     columns
+}
+
+fn int(o: &Value, pointer: &str) -> i64 {
+    o.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn text(name: &str, cell: impl Fn(&Value) -> String + 'static) -> Column {
+    Column {
+        name: name.into(),
+        kind: "string".into(),
+        priority: 0,
+        cell: Box::new(move |o: &Value| json!(cell(o))),
+    }
+}
+
+/// The main columns kube-apiserver prints for a few more built-in types.
+fn builtin_columns(t: &ResourceType) -> Vec<Column> {
+    match (t.group.as_str(), t.plural.as_str()) {
+        ("", "namespaces") => vec![text("Status", |o| {
+            o["status"]["phase"].as_str().unwrap_or("Active").into()
+        })],
+        ("", "nodes") => vec![
+            text("Status", |o| {
+                let ready = o["status"]["conditions"]
+                    .as_array()
+                    .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                    .is_some_and(|c| c["status"] == "True");
+                if ready {
+                    "Ready".into()
+                } else {
+                    "NotReady".into()
+                }
+            }),
+            text("Version", |o| {
+                o["status"]["nodeInfo"]["kubeletVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .into()
+            }),
+        ],
+        ("", "configmaps") => vec![text("Data", |o| {
+            let count = |f: &str| o[f].as_object().map_or(0, |m| m.len());
+            (count("data") + count("binaryData")).to_string()
+        })],
+        ("apps", "deployments") => vec![
+            text("Ready", |o| {
+                format!(
+                    "{}/{}",
+                    int(o, "/status/readyReplicas"),
+                    int(o, "/spec/replicas")
+                )
+            }),
+            text("Up-to-date", |o| {
+                int(o, "/status/updatedReplicas").to_string()
+            }),
+            text("Available", |o| {
+                int(o, "/status/availableReplicas").to_string()
+            }),
+        ],
+        ("apps", "statefulsets") => vec![text("Ready", |o| {
+            format!(
+                "{}/{}",
+                int(o, "/status/readyReplicas"),
+                int(o, "/spec/replicas")
+            )
+        })],
+        ("apps", "replicasets") => vec![
+            text("Desired", |o| int(o, "/spec/replicas").to_string()),
+            text("Current", |o| int(o, "/status/replicas").to_string()),
+            text("Ready", |o| int(o, "/status/readyReplicas").to_string()),
+        ],
+        ("batch", "jobs") => vec![text("Completions", |o| {
+            let wanted = o
+                .pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            format!("{}/{wanted}", int(o, "/status/succeeded"))
+        })],
+        _ => Vec::new(),
+    }
 }
 
 /// A Table of `objects`; each row carries the object's metadata (kubectl reads the

@@ -984,3 +984,20 @@ async fn events_recorded_through_events_k8s_io_show_in_kubectl_describe() {
     assert_eq!(listed.items.len(), 1);
     assert_eq!(listed.items[0].note.as_deref(), Some("GPU 0 idle for 30m"));
 }
+
+#[tokio::test]
+async fn kubectl_get_prints_the_usual_columns_for_deployments_and_namespaces() {
+    let sim = sim().await;
+    let mut deploy: Value = serde_yaml::from_str(DEPLOYMENT).unwrap();
+    deploy["status"] =
+        json!({"readyReplicas": 1, "updatedReplicas": 2, "availableReplicas": 1, "replicas": 2});
+    sim.seed(deploy).unwrap();
+    let out = kubectl_ok(&sim, &["get", "deploy"], None).await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]);
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["web", "1/2", "2", "1"]);
+    let out = kubectl_ok(&sim, &["get", "ns", "default"], None).await;
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..2], ["default", "Active"]);
+}
