@@ -161,7 +161,7 @@ async fn a_streaming_list_watcher_gets_initial_events_then_changes() {
 }
 
 #[tokio::test]
-async fn a_metadata_watcher_sees_objects_without_their_data() {
+async fn a_metadata_only_watcher_sees_the_objects() {
     let sim = sim().await;
     sim.seed(config_map("m")).unwrap();
     let api: Api<PartialObjectMeta<ConfigMap>> =
