@@ -228,6 +228,21 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             ),
         ));
     }
+    let mut req = req;
+    if req.content_type.contains("protobuf")
+        && req.method == Method::POST
+        && req.path.ends_with("/eviction")
+    {
+        // kubectl drain posts Evictions in protobuf; only their dryRun matters here.
+        let dry_run = crate::protobuf::eviction_dry_run(&req.body);
+        let body = if dry_run {
+            json!({"deleteOptions": {"dryRun": ["All"]}})
+        } else {
+            json!({})
+        };
+        req.body = Bytes::from(body.to_string());
+        req.content_type = "application/json".into();
+    }
     if req.content_type.contains("protobuf") || req.content_type.contains("cbor") {
         return error_response(&ApiError::unsupported_media_type(&req.content_type));
     }

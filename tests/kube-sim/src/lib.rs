@@ -19,6 +19,7 @@ pub mod fields;
 pub mod http;
 pub mod objects;
 pub mod patch;
+pub mod protobuf;
 pub mod read;
 pub mod resources;
 pub mod schema;

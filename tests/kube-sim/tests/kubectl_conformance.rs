@@ -1001,3 +1001,69 @@ async fn kubectl_get_prints_the_usual_columns_for_deployments_and_namespaces() {
     let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(&row[..2], ["default", "Active"]);
 }
+
+#[tokio::test]
+async fn kubectl_drain_cordons_and_evicts_but_a_pdb_holds_the_last_pod() {
+    let sim = sim().await;
+    sim.seed(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    )
+    .unwrap();
+    for name in ["free", "guarded"] {
+        sim.seed(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+            "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "c", "image": "x"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+    }
+    sim.seed(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-one", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}))
+        .unwrap();
+    // A server-side dry run evicts nothing.
+    kubectl_ok(
+        &sim,
+        &[
+            "drain",
+            "gpu-node-1",
+            "--force",
+            "--pod-selector=app=free",
+            "--dry-run=server",
+            "--timeout=20s",
+        ],
+        None,
+    )
+    .await;
+    assert!(sim.get("", "pods", "default", "free").is_some());
+    let run = kubectl(
+        &sim,
+        &["drain", "gpu-node-1", "--force", "--timeout=3s"],
+        None,
+    )
+    .await;
+    assert!(!run.ok, "the PDB keeps the drain from finishing");
+    assert!(
+        run.stdout.contains("node/gpu-node-1 cordoned"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("evicting pod default/free"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr
+            .contains("Cannot evict pod as it would violate the pod's disruption budget."),
+        "{}",
+        run.stderr
+    );
+    assert!(sim.get("", "pods", "default", "free").is_none());
+    assert!(sim.get("", "pods", "default", "guarded").is_some());
+    assert_eq!(
+        sim.get("", "nodes", "", "gpu-node-1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+}
