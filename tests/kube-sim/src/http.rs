@@ -36,7 +36,11 @@ pub async fn serve(
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
-                Err(_) => continue,
+                Err(_) => {
+                    // Out of file descriptors or similar: do not spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                }
             },
             _ = shutdown.changed() => return,
         };
