@@ -97,9 +97,16 @@ pub fn crd(group: &str, version: &str, kind: &str, plural: &str, namespaced: boo
 
 /// A file under the shared fixtures (`../shared/fixtures` beside the repository), if present.
 pub fn fixture(relative: &str) -> Option<PathBuf> {
+    // Committed copies under tests/fixtures first (CI clones have no shared/ beside them),
+    // then the shared fixtures beside the repository.
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let path = manifest_dir.join("../../../shared/fixtures").join(relative);
-    path.exists().then_some(path)
+    [
+        manifest_dir.join("../fixtures"),
+        manifest_dir.join("../../../shared/fixtures"),
+    ]
+    .into_iter()
+    .map(|dir| dir.join(relative))
+    .find(|path| path.exists())
 }
 
 /// What the webhook answers for one AdmissionReview request.
