@@ -110,6 +110,20 @@ fn trace(
 
 const ENFORCE: &str = "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {name: t}\nspec:\n  mode: Enforce\n  warn: {after: 30m}\n  action: {type: ScaleToZero, after: 1h}\n";
 
+/// Backtest of trace file `t` under the ENFORCE policy, as JSON.
+fn enforce_json(name: &str, t: &std::path::Path) -> serde_json::Value {
+    let p = tmp(&format!("{name}.yaml"), ENFORCE);
+    json(&[
+        "backtest",
+        "--policy",
+        p.to_str().unwrap(),
+        "--trace",
+        t.to_str().unwrap(),
+        "--format",
+        "json",
+    ])
+}
+
 fn json(args: &[&str]) -> serde_json::Value {
     let o = run(args);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -130,16 +144,7 @@ fn an_idle_workload_that_comes_back_soon_after_the_action_is_a_regret() {
             })
         }),
     );
-    let p = tmp("enforce.yaml", ENFORCE);
-    let v = json(&[
-        "backtest",
-        "--policy",
-        p.to_str().unwrap(),
-        "--trace",
-        t.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let v = enforce_json("enforce", &t);
     let w = &v["workloads"][0];
     assert_eq!(w["kind"], "Deployment");
     assert_eq!(w["name"], "llm");
@@ -178,16 +183,7 @@ fn an_idle_workload_that_never_comes_back_is_reclaimed_without_regret() {
         "hung.om",
         &trace("hung", 1, 240, |m, _| Some(if m < 40 { 0.9 } else { 0.0 })),
     );
-    let p = tmp("enforce2.yaml", ENFORCE);
-    let v = json(&[
-        "backtest",
-        "--policy",
-        p.to_str().unwrap(),
-        "--trace",
-        t.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let v = enforce_json("enforce2", &t);
     let w = &v["workloads"][0];
     assert_eq!(w["regret"], false);
     assert_eq!(w["classification"], "Idle/Unused");
@@ -214,16 +210,7 @@ fn a_workload_whose_telemetry_stops_is_never_acted_on() {
             }
         }),
     );
-    let p = tmp("enforce3.yaml", ENFORCE);
-    let v = json(&[
-        "backtest",
-        "--policy",
-        p.to_str().unwrap(),
-        "--trace",
-        t.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let v = enforce_json("enforce3", &t);
     assert_eq!(v["summary"]["actions"], 0, "{v}");
     assert_eq!(v["workloads"][0]["classification"], "NoTelemetry");
 }
