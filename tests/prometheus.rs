@@ -263,23 +263,58 @@ fn thousands_of_gpu_series_come_back_in_one_answer() {
     assert_eq!(v["summary"]["workloads"], 500);
 }
 
-/// A fake Prometheus that answers every request with `response` after `delay`.
-fn fake(response: Vec<u8>, delay: Duration) -> String {
+/// A fake Prometheus: reads each request's head and answers `answer(head)` after `delay`.
+fn fake_answering(
+    answer: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static,
+    delay: Duration,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let answer = std::sync::Arc::new(answer);
     std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let response = response.clone();
+        for mut stream in listener.incoming().flatten() {
+            let answer = answer.clone();
             std::thread::spawn(move || {
-                let mut stream = stream;
+                let mut request = Vec::new();
                 let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
+                while let Ok(n) = stream.read(&mut buf) {
+                    request.extend_from_slice(&buf[..n]);
+                    if n == 0 || request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
                 std::thread::sleep(delay);
-                let _ = stream.write_all(&response);
+                let _ = stream.write_all(&answer(&String::from_utf8_lossy(&request)));
             });
         }
     });
     url
+}
+
+/// A fake Prometheus that answers every request with `response` after `delay`.
+fn fake(response: Vec<u8>, delay: Duration) -> String {
+    fake_answering(move |_| response.clone(), delay)
+}
+
+/// A fake that answers an empty success only to requests whose head contains `credential`,
+/// and a 401 with `rejection` to the others.
+fn fake_requiring(credential: &'static str, rejection: &'static str) -> String {
+    fake_answering(
+        move |head| {
+            if head.contains(credential) {
+                http(
+                    "200 OK",
+                    br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+                )
+            } else {
+                let body = format!(
+                    r#"{{"status":"error","errorType":"unauthorized","error":"{rejection}"}}"#
+                );
+                http("401 Unauthorized", body.as_bytes())
+            }
+        },
+        Duration::ZERO,
+    )
 }
 
 fn http(status: &str, body: &[u8]) -> Vec<u8> {
@@ -475,34 +510,8 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
 
 #[test]
 fn the_bearer_token_file_is_sent_with_every_query() {
-    // A fake that only answers requests carrying the current token.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stream.read(&mut buf) {
-                request.extend_from_slice(&buf[..n]);
-                if n == 0 || request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            let text = String::from_utf8_lossy(&request).to_lowercase();
-            let response = if text.contains("authorization: bearer rotated-2") {
-                http(
-                    "200 OK",
-                    br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
-                )
-            } else {
-                http(
-                    "401 Unauthorized",
-                    br#"{"status":"error","errorType":"unauthorized","error":"bad token"}"#,
-                )
-            };
-            let _ = stream.write_all(&response);
-        }
-    });
+    // Only the current token is accepted.
+    let url = fake_requiring("authorization: Bearer rotated-2", "bad token");
     let token = std::env::temp_dir().join(format!("gpu-reaper-token-{}", std::process::id()));
     std::fs::write(&token, "rotated-1\n").unwrap();
     let e = failing(
@@ -522,34 +531,8 @@ fn the_bearer_token_file_is_sent_with_every_query() {
 
 #[test]
 fn basic_auth_credentials_come_from_the_password_file() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stream.read(&mut buf) {
-                request.extend_from_slice(&buf[..n]);
-                if n == 0 || request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            // base64("reaper:s3cret")
-            let ok = String::from_utf8_lossy(&request).contains("Basic cmVhcGVyOnMzY3JldA==");
-            let response = if ok {
-                http(
-                    "200 OK",
-                    br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
-                )
-            } else {
-                http(
-                    "401 Unauthorized",
-                    br#"{"status":"error","errorType":"unauthorized","error":"who are you"}"#,
-                )
-            };
-            let _ = stream.write_all(&response);
-        }
-    });
+    // base64("reaper:s3cret")
+    let url = fake_requiring("Basic cmVhcGVyOnMzY3JldA==", "who are you");
     let password = std::env::temp_dir().join(format!("gpu-reaper-password-{}", std::process::id()));
     std::fs::write(&password, "s3cret\n").unwrap();
     let e = failing(
