@@ -26,6 +26,147 @@ pub enum Command {
     /// Read-only waste report of the last hours from Prometheus: idle GPU-hours by shape
     /// and namespace, dollars, top offenders. Changes nothing.
     Audit(AuditArgs),
+    /// Run the budget-gate admission webhook (HTTPS): large GPU claims need an approved
+    /// ReadinessAttestation and a namespace within its budget.
+    Webhook(WebhookArgs),
+    /// Approve or revoke a ReadinessAttestation (writes its status subresource).
+    Attest(AttestArgs),
+    /// Run the budget gate offline on manifests, for CI before `kubectl apply`: exit 0
+    /// when every object is admitted, 1 when one is denied, 2 on bad input.
+    Check(CheckArgs),
+}
+
+/// Which resources count as GPUs (webhook and check).
+#[derive(clap::Args, Debug, Clone)]
+pub struct GpuCountArgs {
+    /// Extended resources counted as whole GPUs (repeat or comma-separate).
+    #[arg(long = "gpu-resource", env = "GPU_REAPER_GPU_RESOURCES", value_delimiter = ',',
+          default_values_t = crate::admission::count::GpuResources::default().whole)]
+    pub gpu_resources: Vec<String>,
+    /// DRA device classes whose devices are GPUs (repeat or comma-separate).
+    #[arg(long = "gpu-device-class", env = "GPU_REAPER_GPU_DEVICE_CLASSES", value_delimiter = ',',
+          default_values_t = crate::admission::count::GpuResources::default().device_classes)]
+    pub gpu_device_classes: Vec<String>,
+    /// MIG compute slices per physical GPU: `nvidia.com/mig-<N>g.*` counts N/this.
+    #[arg(long, env = "GPU_REAPER_MIG_SLICES_PER_GPU", default_value_t = 7.0)]
+    pub mig_slices_per_gpu: f64,
+    /// GPUs a DRA request with `allocationMode: All` counts as.
+    #[arg(long, env = "GPU_REAPER_DRA_ALL_GPUS", default_value_t = 8.0)]
+    pub dra_all_gpus: f64,
+}
+
+/// `gpu-reaper webhook`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WebhookArgs {
+    /// HTTPS address serving /validate, /healthz, /readyz and /metrics.
+    #[arg(
+        long,
+        env = "GPU_REAPER_WEBHOOK_LISTEN",
+        default_value = "0.0.0.0:8443"
+    )]
+    pub listen: String,
+    /// Plain-HTTP address serving /healthz, /readyz and /metrics for probes and scrapes;
+    /// empty disables it.
+    #[arg(
+        long,
+        env = "GPU_REAPER_WEBHOOK_PROBE_LISTEN",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub probe_listen: String,
+    /// Serving certificate chain (PEM), re-read when it changes.
+    #[arg(
+        long,
+        env = "GPU_REAPER_WEBHOOK_TLS_CERT",
+        default_value = "/tls/tls.crt"
+    )]
+    pub tls_cert: PathBuf,
+    /// Serving private key (PEM), re-read when it changes.
+    #[arg(
+        long,
+        env = "GPU_REAPER_WEBHOOK_TLS_KEY",
+        default_value = "/tls/tls.key"
+    )]
+    pub tls_key: PathBuf,
+    /// How often the certificate files are checked for a change (Go duration).
+    #[arg(
+        long,
+        env = "GPU_REAPER_WEBHOOK_TLS_RELOAD_INTERVAL",
+        default_value = "10s"
+    )]
+    pub tls_reload_interval: String,
+    /// Most time between a change in the cluster and the decisions seeing it (Go duration).
+    #[arg(
+        long,
+        env = "GPU_REAPER_WEBHOOK_CACHE_DEBOUNCE",
+        default_value = "100ms"
+    )]
+    pub cache_debounce: String,
+    #[command(flatten)]
+    pub gpus: GpuCountArgs,
+}
+
+/// `gpu-reaper attest`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AttestArgs {
+    #[command(subcommand)]
+    pub action: AttestAction,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum AttestAction {
+    /// Approve the attestation's current spec (binds to its metadata.generation).
+    Approve(AttestTarget),
+    /// Withdraw approval: large claims it covered are refused again.
+    Revoke(AttestTarget),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct AttestTarget {
+    /// `<namespace>/<name>` of the ReadinessAttestation.
+    pub attestation: String,
+    /// Who approves (recorded in status.approvedBy). Default: the kubeconfig user.
+    #[arg(long, env = "GPU_REAPER_APPROVER")]
+    pub approver: Option<String>,
+    /// Why (recorded in the Approved condition's message).
+    #[arg(long)]
+    pub message: Option<String>,
+}
+
+/// `gpu-reaper check`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// Manifests to check (YAML, several documents per file allowed; `-` reads stdin).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// GpuPolicy files or directories of them.
+    #[arg(long = "policies", required = true)]
+    pub policies: Vec<PathBuf>,
+    /// ReadinessAttestation files or directories of them (with their status, as
+    /// `kubectl get -o yaml` prints them).
+    #[arg(long = "attestations")]
+    pub attestations: Vec<PathBuf>,
+    /// Namespace of objects that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Labels of namespaces, `ns:key=value` (repeatable), for policies' namespaceSelector.
+    /// Namespace objects in the manifests or policy files are read too.
+    #[arg(long = "namespace-label")]
+    pub namespace_labels: Vec<String>,
+    /// Decide as of this time (RFC 3339) instead of now.
+    #[arg(long)]
+    pub now: Option<String>,
+    /// Output: one line per object, or JSON.
+    #[arg(short = 'o', long, value_enum, default_value_t = CheckOutput::Text)]
+    pub output: CheckOutput,
+    #[command(flatten)]
+    pub gpus: GpuCountArgs,
+}
+
+/// `gpu-reaper check` output.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckOutput {
+    Text,
+    Json,
 }
 
 /// Where Prometheus is and how to talk to it.

@@ -33,6 +33,15 @@ pub enum Error {
     /// Serialising output failed.
     #[error("could not serialise output: {0}")]
     Serialize(String),
+    /// A call to the Kubernetes API failed.
+    #[error("{action}: {source}")]
+    Kube { action: String, source: kube::Error },
+    /// `check` denied objects (already printed).
+    #[error("the budget gate denied {0} object(s)")]
+    Denied(usize),
+    /// The webhook could not start or stopped.
+    #[error("webhook: {0}")]
+    Webhook(String),
 }
 
 impl From<serde_yaml::Error> for Error {
@@ -58,6 +67,9 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::Io { .. } => "io",
             Error::Serialize(_) => "serialize",
+            Error::Kube { .. } => "kube",
+            Error::Denied(_) => "denied",
+            Error::Webhook(_) => "webhook",
         }
     }
 
@@ -65,7 +77,13 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::InvalidResource(_) | Error::Trace(_) | Error::InvalidArgument { .. } => 2,
-            Error::Io { .. } | Error::Serialize(_) | Error::Prometheus(_) | Error::NotReady(_) => 1,
+            Error::Io { .. }
+            | Error::Serialize(_)
+            | Error::Prometheus(_)
+            | Error::NotReady(_)
+            | Error::Kube { .. }
+            | Error::Denied(_)
+            | Error::Webhook(_) => 1,
         }
     }
 }

@@ -14,6 +14,9 @@ fn main() -> ExitCode {
             .map_err(gpu_reaper::Error::from),
         Command::Backtest(args) => gpu_reaper::report::backtest::run(&args),
         Command::Audit(args) => gpu_reaper::report::audit::run(&args),
+        Command::Webhook(args) => gpu_reaper::admission::webhook::run(&args),
+        Command::Attest(args) => gpu_reaper::admission::approve::run(&args),
+        Command::Check(args) => gpu_reaper::admission::check::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

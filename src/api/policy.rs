@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::core::Duration;
 use kube::{CustomResource, KubeSchema};
+
+use super::selector;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -341,6 +343,24 @@ pub struct GpuPolicyStatus {
     /// Dollars those reclaimed GPU-hours would have cost.
     #[serde(default)]
     pub estimated_savings_usd: f64,
+    /// GPU spend of each governed namespace this month, computed by the controller from
+    /// telemetry and read by the budget gate against `spec.admission.monthlyBudgetUsd`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace"]))]
+    pub namespace_spend: Vec<NamespaceSpend>,
+}
+
+/// One namespace's GPU spend in one calendar month (UTC).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceSpend {
+    /// The namespace.
+    pub namespace: String,
+    /// The month the figure covers, `YYYY-MM` (UTC). A figure for another month is stale
+    /// and counts as zero spend.
+    pub month: String,
+    /// GPU spend so far this month, USD.
+    pub spent_usd: f64,
 }
 
 /// Counts of governed workloads by state.
@@ -356,6 +376,67 @@ pub struct WorkloadCounts {
     pub warned: u32,
     /// Workloads gpu-reaper acted on and that are not restored yet.
     pub reclaimed: u32,
+}
+
+impl GpuPolicy {
+    /// Whether this policy's `match` covers a root workload of `kind` with `labels` in a
+    /// namespace labelled `namespace_labels`.
+    pub fn matches(
+        &self,
+        kind: &str,
+        namespace_labels: &BTreeMap<String, String>,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        let m = &self.spec.match_;
+        m.namespace_selector
+            .as_ref()
+            .is_none_or(|s| selector::matches(s, namespace_labels))
+            && m.workload_selector
+                .as_ref()
+                .is_none_or(|s| selector::matches(s, labels))
+            && (m.kinds.is_empty() || m.kinds.iter().any(|k| k == kind))
+    }
+
+    /// This month's spend of `namespace` as published in status; 0 when absent or stale.
+    pub fn spend_of(&self, namespace: &str, month: &str) -> f64 {
+        self.status
+            .iter()
+            .flat_map(|s| &s.namespace_spend)
+            .find(|s| s.namespace == namespace && s.month == month)
+            .map_or(0.0, |s| s.spent_usd)
+    }
+}
+
+/// The policy that governs a workload: among those matching, the highest `priority`, then
+/// the alphabetically first name. Also returns how many matched, so callers can report
+/// conflicts.
+pub fn select<'a>(
+    policies: impl IntoIterator<Item = &'a GpuPolicy>,
+    kind: &str,
+    namespace_labels: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> (Option<&'a GpuPolicy>, usize) {
+    let mut best: Option<&GpuPolicy> = None;
+    let mut matched = 0;
+    for policy in policies {
+        if !policy.matches(kind, namespace_labels, labels) {
+            continue;
+        }
+        matched += 1;
+        let wins = best.is_none_or(|b| {
+            (
+                policy.spec.priority,
+                std::cmp::Reverse(policy.metadata.name.as_deref()),
+            ) > (
+                b.spec.priority,
+                std::cmp::Reverse(b.metadata.name.as_deref()),
+            )
+        });
+        if wins {
+            best = Some(policy);
+        }
+    }
+    (best, matched)
 }
 
 impl Default for IdleSpec {

@@ -1,0 +1,188 @@
+//! The sentences `kubectl` prints: what was claimed, which rule, what exactly is missing,
+//! and the next step. One sentence each; see docs/budget-gate.md for what they mean.
+
+use jiff::Timestamp;
+
+use super::count::CountError;
+use super::decide::{Check, Reason};
+
+/// Where the budget-gate documentation lives, named in every denial.
+pub const DOCS: &str = "docs/budget-gate.md";
+
+/// The workload a message is about.
+pub struct Subject<'a> {
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub policy: &'a str,
+    pub large: u32,
+}
+
+impl Subject<'_> {
+    fn who(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {}", self.kind, self.name)
+        } else {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+
+    fn claims(&self, gpus: f64) -> String {
+        format!(
+            "{} claims {} GPU{}, more than the {} GpuPolicy {:?} admits without a ReadinessAttestation",
+            self.who(),
+            gpu_count(gpus),
+            if gpus == 1.0 { "" } else { "s" },
+            self.large,
+            self.policy
+        )
+    }
+}
+
+/// A GPU count: whole numbers as integers, MIG fractions with two decimals.
+pub fn gpu_count(gpus: f64) -> String {
+    if gpus.fract() == 0.0 {
+        format!("{gpus:.0}")
+    } else {
+        format!("{gpus:.2}")
+    }
+}
+
+/// Dollars with thousands separators, no cents: `51,200`.
+pub fn usd(amount: f64) -> String {
+    let whole = amount.round().abs() as u64;
+    let digits = whole.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if amount < 0.0 { format!("-{out}") } else { out }
+}
+
+pub fn unreadable(s: &Subject, e: &CountError) -> String {
+    format!(
+        "{} cannot be checked by the GPU budget gate of GpuPolicy {:?} because {e}; fix that field and apply again.",
+        s.who(),
+        s.policy
+    )
+}
+
+pub fn unresolved_templates(s: &Subject, names: &[String]) -> String {
+    format!(
+        "{} uses ResourceClaimTemplate {} that the GPU budget gate has not seen, so its GPUs there were not counted; create the template before the workload.",
+        s.who(),
+        names.join(", ")
+    )
+}
+
+pub fn over_budget(s: &Subject, gpus: f64, spent: f64, budget: f64, month: &str) -> String {
+    format!(
+        "{} claims {} GPUs, more than the {} GpuPolicy {:?} allows once namespace {} is over its GPU budget, and the namespace has used {} of its {} USD budget for {month}; ask the platform team to raise spec.admission.monthlyBudgetUsd, or claim at most {} GPUs (see {DOCS}).",
+        s.who(),
+        gpu_count(gpus),
+        s.large,
+        s.policy,
+        s.namespace,
+        usd(spent),
+        usd(budget),
+        s.large
+    )
+}
+
+pub fn no_attestation(s: &Subject, gpus: f64) -> String {
+    format!(
+        "{}, and no ReadinessAttestation in namespace {} selects its labels; create one that does (see {DOCS}) and ask an approver to run `gpu-reaper attest approve {}/<name>`.",
+        s.claims(gpus),
+        s.namespace,
+        s.namespace
+    )
+}
+
+/// The reason and sentence for an attestation that selects the workload but fails `check`.
+pub fn attestation_failure(s: &Subject, gpus: f64, name: &str, check: &Check) -> (Reason, String) {
+    let full = format!("{}/{}", s.namespace, name);
+    let approve = format!("`gpu-reaper attest approve {full}`");
+    let (reason, problem, next) = match check {
+        Check::NotApproved => (
+            Reason::NotApproved,
+            format!("ReadinessAttestation {full} is not approved"),
+            format!("ask an approver to review it and run {approve}"),
+        ),
+        Check::StaleApproval { approved, current } => (
+            Reason::StaleApproval,
+            match approved {
+                Some(g) => format!(
+                    "ReadinessAttestation {full} was approved for generation {g} but its spec has changed since (generation {})",
+                    current.map_or("unknown".to_string(), |c| c.to_string())
+                ),
+                None => format!(
+                    "ReadinessAttestation {full} is marked approved without status.approvedGeneration"
+                ),
+            },
+            format!("ask an approver to review the change and run {approve} again"),
+        ),
+        Check::Expired { at } => (
+            Reason::Expired,
+            format!("ReadinessAttestation {full} expired on {}", day(*at)),
+            format!("set a later spec.expiresAt and ask an approver to run {approve}"),
+        ),
+        Check::TooFewGpus { max } => (
+            Reason::TooFewGpus,
+            format!(
+                "ReadinessAttestation {full} covers {max} of the {} GPUs",
+                gpu_count(gpus)
+            ),
+            format!(
+                "claim at most {max} GPUs, or raise spec.maxGpus and ask an approver to run {approve}"
+            ),
+        ),
+        Check::LowThroughput { per_gpu, required } => (
+            Reason::InsufficientEvidence,
+            format!(
+                "ReadinessAttestation {full} attests {per_gpu:.2} GB/s of data throughput per GPU, below the {required} GB/s the policy requires"
+            ),
+            format!(
+                "record a measured spec.evidence.dataThroughputGBps of at least {:.1} and ask an approver to run {approve}",
+                required * gpus
+            ),
+        ),
+        Check::NoCheckpointing => (
+            Reason::InsufficientEvidence,
+            format!(
+                "ReadinessAttestation {full} does not attest spec.evidence.checkpointing, which the policy requires"
+            ),
+            format!("make the job checkpoint, set it to true and ask an approver to run {approve}"),
+        ),
+        Check::Passes => (Reason::Attested, String::new(), String::new()),
+    };
+    (
+        reason,
+        format!("{}, and {problem}; {next}.", s.claims(gpus)),
+    )
+}
+
+fn day(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollars_get_thousands_separators() {
+        assert_eq!(usd(51_200.4), "51,200");
+        assert_eq!(usd(999.0), "999");
+        assert_eq!(usd(1_000_000.0), "1,000,000");
+        assert_eq!(usd(0.0), "0");
+    }
+
+    #[test]
+    fn whole_gpu_counts_print_as_integers_and_mig_slices_with_decimals() {
+        assert_eq!(gpu_count(16.0), "16");
+        assert_eq!(gpu_count(2.0 / 7.0), "0.29");
+    }
+}

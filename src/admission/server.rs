@@ -1,0 +1,340 @@
+//! The HTTPS edge of the budget gate: a thin axum handler around the pure `admit`, served
+//! over rustls with a certificate reloaded from its files when they change.
+//!
+//! Routes: `POST /validate` (AdmissionReview v1), `GET /healthz` (the process serves),
+//! `GET /readyz` (caches synced), `GET /metrics` (OpenMetrics text).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
+
+use super::decide::{Settings, Snapshot, Verdict, admit};
+use super::metrics::{Metrics, ResultLabels};
+use super::review::{self, AdmissionResponse, ResponseStatus};
+
+/// The latest snapshot of the caches; `None` until they have synced.
+#[derive(Default)]
+pub struct SnapshotCell(RwLock<Option<Arc<Snapshot>>>);
+
+impl SnapshotCell {
+    /// A cell that is ready from the start (offline use, benchmarks).
+    pub fn ready(snapshot: Snapshot) -> Self {
+        Self(RwLock::new(Some(Arc::new(snapshot))))
+    }
+
+    /// The current snapshot, if synced.
+    pub fn get(&self) -> Option<Arc<Snapshot>> {
+        self.0
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Publishes a new snapshot.
+    pub fn set(&self, snapshot: Snapshot) {
+        let snapshot = Some(Arc::new(snapshot));
+        match self.0.write() {
+            Ok(mut s) => *s = snapshot,
+            Err(p) => *p.into_inner() = snapshot,
+        }
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub snapshot: Arc<SnapshotCell>,
+    pub settings: Arc<Settings>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The webhook's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// Largest AdmissionReview accepted; the API server's own request limit is 3 MiB, and a
+/// review carries the object twice on update.
+const MAX_BODY: usize = 8 << 20;
+
+async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    if body.len() > MAX_BODY {
+        state.metrics.malformed.inc();
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "AdmissionReview larger than 8 MiB\n",
+        )
+            .into_response();
+    }
+    let request = match review::parse(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            state.metrics.malformed.inc();
+            tracing::warn!(error = %e, "malformed admission request");
+            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
+        }
+    };
+    let Some(snapshot) = state.snapshot.get() else {
+        state.metrics.not_ready.inc();
+        tracing::warn!(uid = %request.uid, "admission request before caches synced: 503, the API server applies the webhook's failurePolicy");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "gpu-reaper budget gate: caches not synced yet\n",
+        )
+            .into_response();
+    };
+    let decision = admit(&request, &snapshot, &state.settings, jiff::Timestamp::now());
+    let allowed = decision.allowed();
+    let response = AdmissionResponse {
+        uid: request.uid.clone(),
+        allowed,
+        status: (!allowed).then(|| ResponseStatus {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: decision.message.clone().unwrap_or_default(),
+        }),
+        warnings: decision.all_warnings(),
+    };
+    let body = review::response_body(&response);
+    state.metrics.decided(
+        decision.verdict,
+        decision.reason,
+        started.elapsed().as_secs_f64(),
+    );
+    let gpus = decision.gpus.map(|g| g.to_string());
+    let log = || {
+        tracing::info!(
+            uid = %request.uid,
+            operation = ?request.operation,
+            namespace = %request.namespace,
+            kind = %request.kind.kind,
+            name = %request.name,
+            user = %request.user_info.username,
+            gpus = gpus.as_deref().unwrap_or("-"),
+            policy = decision.policy.as_deref().unwrap_or("-"),
+            attestation = decision.attestation.as_deref().unwrap_or("-"),
+            verdict = decision.verdict.as_str(),
+            reason = decision.reason.as_str(),
+            detail = decision.message.as_deref().unwrap_or(""),
+            "admission decision"
+        )
+    };
+    if decision.verdict == Verdict::Allow && decision.gpus.is_none() {
+        // Writes that claim no GPUs are most of the traffic: keep them at debug.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log();
+        }
+    } else {
+        log();
+    }
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.snapshot.get() {
+        Some(_) => "ok".into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n").into_response(),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// The serving certificate, re-read from its files when they change (Secret rotation,
+/// cert-manager renewal) so new connections get the new one without a restart. A pair
+/// that does not load (e.g. the certificate written, the key not yet) keeps the old one.
+pub struct CertReloader {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    current: RwLock<(Vec<u8>, Arc<CertifiedKey>)>,
+}
+
+impl std::fmt::Debug for CertReloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertReloader")
+            .field("cert_path", &self.cert_path)
+            .field("key_path", &self.key_path)
+            .finish()
+    }
+}
+
+fn load_pair(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, CertifiedKey), String> {
+    let cert_pem = std::fs::read(cert_path)
+        .map_err(|e| format!("cannot read certificate {}: {e}", cert_path.display()))?;
+    let key_pem = std::fs::read(key_path)
+        .map_err(|e| format!("cannot read key {}: {e}", key_path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: not a PEM certificate chain: {e}", cert_path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{}: no CERTIFICATE block found",
+            cert_path.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("{}: not a PEM private key: {e}", key_path.display()))?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified = CertifiedKey::from_der(certs, key, &provider).map_err(|e| {
+        format!(
+            "{} and {} do not form a usable pair: {e}",
+            cert_path.display(),
+            key_path.display()
+        )
+    })?;
+    let mut fingerprint = cert_pem;
+    fingerprint.extend_from_slice(&key_pem);
+    Ok((fingerprint, certified))
+}
+
+impl CertReloader {
+    /// Loads the pair once; an error names the file and what is wrong with it.
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self, String> {
+        let (fingerprint, key) = load_pair(cert_path, key_path)?;
+        Ok(Self {
+            cert_path: cert_path.to_path_buf(),
+            key_path: key_path.to_path_buf(),
+            current: RwLock::new((fingerprint, Arc::new(key))),
+        })
+    }
+
+    /// Re-reads the files; `Ok(true)` when a new pair was installed.
+    pub fn reload(&self) -> Result<bool, String> {
+        let (fingerprint, key) = load_pair(&self.cert_path, &self.key_path)?;
+        let mut current = self
+            .current
+            .write()
+            .map_err(|_| "lock poisoned".to_string())?;
+        if current.0 == fingerprint {
+            return Ok(false);
+        }
+        *current = (fingerprint, Arc::new(key));
+        Ok(true)
+    }
+
+    /// Polls the files every `every` until the process ends.
+    pub async fn watch(self: Arc<Self>, every: Duration, metrics: Arc<Metrics>) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let this = self.clone();
+            let result = tokio::task::spawn_blocking(move || this.reload()).await;
+            match result {
+                Ok(Ok(true)) => {
+                    metrics
+                        .tls_reloads
+                        .get_or_create(&ResultLabels { result: "ok" })
+                        .inc();
+                    tracing::info!(cert = %self.cert_path.display(), "serving certificate reloaded");
+                }
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    metrics
+                        .tls_reloads
+                        .get_or_create(&ResultLabels { result: "error" })
+                        .inc();
+                    tracing::warn!(error = %e, "serving certificate not reloaded; still serving the previous one");
+                }
+                Err(e) => tracing::warn!(error = %e, "certificate reload task failed"),
+            }
+        }
+    }
+}
+
+impl ResolvesServerCert for CertReloader {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.read().ok().map(|c| c.1.clone())
+    }
+}
+
+/// A rustls server config that serves whatever `certs` holds, HTTP/1.1 only.
+pub fn tls_config(certs: Arc<CertReloader>) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` completes. A failed handshake or a
+/// broken connection affects only that connection.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let service = TowerToHyperService::new(app);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}

@@ -1,0 +1,160 @@
+//! `gpu-reaper check`: the budget gate offline on manifest files, as a CI step runs it.
+//! Exit 0 admitted, 1 denied, 2 bad input.
+
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
+const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/manifests");
+
+const POLICY: &str = r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata: {name: research}
+spec:
+  match:
+    namespaceSelector: {matchLabels: {gpu-tier: research}}
+  admission: {largeClaimGpus: 2, mode: Enforce}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {gpu-tier: research}}
+"#;
+
+/// The real RayService fixture claims 4 GPUs at its largest (see src/admission/count.rs
+/// tests); an attestation selects it by a label this test adds.
+fn attestation(approved: bool) -> String {
+    let status = if approved {
+        "status:\n  conditions: [{type: Approved, status: \"True\", reason: Approved, message: ok, lastTransitionTime: \"2026-11-01T00:00:00Z\"}]\n  approvedBy: oncall\n  approvedGeneration: 1\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: gpureaper.io/v1alpha1\nkind: ReadinessAttestation\nmetadata: {{name: ray, namespace: team-a}}\nspec:\n  selector: {{matchLabels: {{team: ray}}}}\n  maxGpus: 64\n  expiresAt: \"2030-01-01T00:00:00Z\"\n{status}"
+    )
+}
+
+fn check(dir: &Path, manifest: &str, extra: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("-f")
+        .arg(dir.join(manifest))
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .args(["--namespace", "team-a", "--now", "2026-11-29T12:00:00Z"])
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/research.yaml"), POLICY).unwrap();
+    let ray = std::fs::read_to_string(format!("{MANIFESTS}/kuberay__ray-service.llm-serve.yaml"))
+        .unwrap();
+    // Derived: the real manifest with a label the attestation selects.
+    let labelled = ray.replacen("metadata:\n", "metadata:\n  labels: {team: ray}\n", 1);
+    assert_ne!(labelled, ray, "fixture layout changed");
+    std::fs::write(dir.path().join("ray.yaml"), labelled).unwrap();
+    dir
+}
+
+#[test]
+fn a_large_claim_without_attestation_exits_1_with_the_webhook_sentence() {
+    let dir = setup();
+    let (code, stdout, stderr) = check(dir.path(), "ray.yaml", &[]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("deny: RayService team-a/ray-serve-llm (4 GPUs): RayService team-a/ray-serve-llm claims 4 GPUs,"), "{stdout}");
+    assert!(stdout.contains("allow: Secret team-a/"), "{stdout}");
+    assert!(stdout.contains("more than the 2 GpuPolicy \"research\" admits without a ReadinessAttestation, and no ReadinessAttestation in namespace team-a selects its labels"), "{stdout}");
+    assert!(
+        stderr.contains("the budget gate denied 1 object(s)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_approved_attestation_admits_and_an_unapproved_one_is_named() {
+    let dir = setup();
+    std::fs::write(dir.path().join("ra.yaml"), attestation(true)).unwrap();
+    let ra = dir.path().join("ra.yaml");
+    let (code, stdout, _) = check(
+        dir.path(),
+        "ray.yaml",
+        &["--attestations", ra.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("allow: RayService team-a/ray-serve-llm (4 GPUs): attested"),
+        "{stdout}"
+    );
+    std::fs::write(&ra, attestation(false)).unwrap();
+    let (code, stdout, _) = check(
+        dir.path(),
+        "ray.yaml",
+        &["--attestations", ra.to_str().unwrap(), "-o", "json"],
+    );
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v[0]["verdict"], "deny");
+    assert_eq!(v[0]["reason"], "not_approved");
+    assert_eq!(v[0]["attestation"], "ray");
+}
+
+#[test]
+fn a_namespace_outside_the_policy_is_not_gated() {
+    let dir = setup();
+    let out = Command::new(BIN)
+        .args(["check", "-f"])
+        .arg(dir.path().join("ray.yaml"))
+        .arg("--policies")
+        .arg(dir.path().join("policies"))
+        .args(["--namespace", "team-b"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(": no policy"));
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_file_and_field() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("policies/broken.yaml"),
+        "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {name: broken}\nspec:\n  admission: {largeClaimGpus: 0}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = check(dir.path(), "ray.yaml", &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("broken.yaml"), "{stderr}");
+    assert!(
+        stderr.contains("spec.admission.largeClaimGpus must be at least 1"),
+        "{stderr}"
+    );
+    std::fs::remove_file(dir.path().join("policies/broken.yaml")).unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "-f"])
+        .arg(dir.path().join("ray.yaml"))
+        .arg("--policies")
+        .arg(dir.path().join("policies"))
+        .args(["--now", "yesterday"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("--now: \"yesterday\" is not an RFC 3339 time"),
+        "{stderr}"
+    );
+}
