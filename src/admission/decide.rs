@@ -234,6 +234,9 @@ pub fn admit(
     };
     let templates = Templates(&snapshot.claim_templates);
     let counted = count::count(object, &request.namespace, &settings.resources, &templates);
+    if let Ok(Counted::NotGoverned) = counted {
+        return Decision::allow(Reason::NotAClaim);
+    }
     let empty = BTreeMap::new();
     let namespace_labels = snapshot
         .namespaces
