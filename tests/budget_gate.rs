@@ -625,3 +625,62 @@ async fn a_rotated_certificate_is_served_to_new_connections_and_no_request_fails
 fn connector_new_only(new: &TestPki) -> tokio_rustls::TlsConnector {
     connector(&[&new.ca_pem])
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpus_claimed_through_a_dra_claim_template_are_counted_from_the_webhook_cache() {
+    let sim = KubeSim::start().await.unwrap();
+    kubectl_ok(&sim, &["apply", "-f", CRDS], None).await;
+    kubectl_ok(&sim, &["apply", "-f", "-"], Some(POLICY)).await;
+    let template = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: four-gpus, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 4}
+"#;
+    kubectl_ok(&sim, &["apply", "-f", "-"], Some(template)).await;
+    let pki = pki("dra");
+    let webhook = Webhook::start(&sim, &pki).await;
+    kubectl_ok(
+        &sim,
+        &["create", "-f", "-"],
+        Some(&webhook.configuration(&pki)),
+    )
+    .await;
+    // 4 pods, each with a claim made from the template: 16 GPUs, none in resources.limits.
+    let job = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: dra-train, labels: {app: llama-finetune}}
+spec:
+  parallelism: 4
+  template:
+    spec:
+      restartPolicy: Never
+      resourceClaims:
+      - {name: gpus, resourceClaimTemplateName: four-gpus}
+      containers:
+      - name: train
+        image: pytorch/pytorch:2.4.0
+        resources:
+          claims: [{name: gpus}]
+"#;
+    let denied = create_until(&sim, job, |r| !r.ok).await;
+    assert!(
+        denied
+            .stderr
+            .contains("denied the request: Job default/dra-train claims 16 GPUs, more than the 8"),
+        "{}",
+        denied.stderr
+    );
+    let metrics = plain_get_body(webhook.probe_port, "/metrics").await;
+    assert!(
+        metrics
+            .contains("gpu_reaper_admission_cached_objects{resource=\"resourceclaimtemplates\"} 1"),
+        "{metrics}"
+    );
+}
