@@ -34,6 +34,20 @@ pub enum Command {
     /// Run the budget gate offline on manifests, for CI before `kubectl apply`: exit 0
     /// when every object is admitted, 1 when one is denied, 2 on bad input.
     Check(CheckArgs),
+    /// Put a reclaimed workload back as it was (replicas, unsuspend) and restart its idle
+    /// ladder with a fresh startup grace.
+    Wake(WakeArgs),
+}
+
+/// `gpu-reaper wake`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WakeArgs {
+    /// `<namespace>/<kind>/<name>`, e.g. `ml/Deployment/llama-chat`.
+    pub workload: String,
+    /// API version of the kind when it is not a built-in one (Deployment, StatefulSet,
+    /// ReplicaSet, Job, Pod), e.g. `kubeflow.org/v1`.
+    #[arg(long)]
+    pub api_version: Option<String>,
 }
 
 /// Which resources count as GPUs (webhook and check).

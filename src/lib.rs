@@ -5,6 +5,7 @@ pub mod admission;
 pub mod api;
 pub mod backtest;
 pub mod cli;
+pub mod cluster;
 pub mod engine;
 pub mod error;
 pub mod logging;

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Command::Webhook(args) => gpu_reaper::admission::webhook::run(&args),
         Command::Attest(args) => gpu_reaper::admission::approve::run(&args),
         Command::Check(args) => gpu_reaper::admission::check::run(&args),
+        Command::Wake(args) => gpu_reaper::cluster::wake::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,332 @@
+//! Actions on root workloads, and restoring them (`gpu-reaper wake`). IO edge.
+//!
+//! Every action records what restoring needs in `gpureaper.io/restore` before, or in the
+//! same write as, the change (invariant 5):
+//! - ScaleToZero (`/scale` subresource): first an annotation write with the replica count
+//!   and `"state": "pending"`, then the scale to 0, then `"state": "done"`. A controller
+//!   killed in between finds `pending` and finishes the scale (the same action, not a
+//!   second one); `done` with replicas above 0 means the owner scaled it back by hand.
+//! - Suspend (Job `spec.suspend`): one merge patch carries the annotations and the suspend.
+//! - Evict: a policy/v1 Eviction per pod; a PodDisruptionBudget refusal (429) is reported
+//!   and retried on a later cycle, never forced.
+//!   Give `evict` a client built with `Config::default_retry = false`: kube-client's
+//!   default retry layer would otherwise retry the 429 for minutes inside one call.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject, EvictParams, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, Client};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::inventory::{ObjectInfo, PodInfo};
+use crate::api::keys;
+use crate::api::policy::ActionType;
+
+/// `gpureaper.io/woken-at`: when `wake` restored the workload; its startup grace counts
+/// from here.
+pub const WOKEN_AT: &str = "gpureaper.io/woken-at";
+
+/// What `gpureaper.io/restore` holds.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct RestoreRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+    /// `pending` until the action's write succeeded, then `done`.
+    pub state: String,
+}
+
+impl RestoreRecord {
+    pub fn parse(annotations: &std::collections::BTreeMap<String, String>) -> Option<Self> {
+        serde_json::from_str(annotations.get(keys::RESTORE)?).ok()
+    }
+}
+
+/// What an action did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The workload was changed; the sentence says how.
+    Done(String),
+    /// Nothing to change (already at zero, already suspended).
+    AlreadyDone(String),
+    /// Refused by the cluster for now (a PodDisruptionBudget); retried later.
+    Refused(String),
+    /// This kind cannot take this action.
+    Unsupported(String),
+}
+
+/// The error of a Kubernetes call, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct ActionError {
+    pub action: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+fn err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ActionError {
+    let action = action.into();
+    move |source| ActionError { action, source }
+}
+
+/// A dynamic API for the object's kind (plural by Kubernetes' convention).
+pub fn api_for(client: &Client, object: &ObjectInfo) -> Api<DynamicObject> {
+    let (group, version) = match object.api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), object.api_version.clone()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, &object.kind);
+    let resource = ApiResource::from_gvk(&gvk);
+    Api::namespaced_with(client.clone(), &object.namespace, &resource)
+}
+
+fn annotate(pairs: &[(&str, Option<String>)]) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    for (k, v) in pairs {
+        map.insert(
+            k.to_string(),
+            v.clone().map_or(serde_json::Value::Null, Into::into),
+        );
+    }
+    json!({"metadata": {"annotations": map}})
+}
+
+/// Acts on `root` (and its `pods` for Evict) as `action` says.
+pub async fn act(
+    client: &Client,
+    action: ActionType,
+    root: &ObjectInfo,
+    pods: &[PodInfo],
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    if root.deleting {
+        return Ok(Outcome::AlreadyDone(format!(
+            "{} is being deleted",
+            root.key()
+        )));
+    }
+    match action {
+        ActionType::ScaleToZero => scale_to_zero(client, root, now).await,
+        ActionType::Suspend => suspend(client, root, now).await,
+        ActionType::Evict => evict(client, root, pods, now).await,
+        ActionType::None => Ok(Outcome::AlreadyDone("the policy only warns".into())),
+    }
+}
+
+/// Scales through the `/scale` subresource, recording the replica count first.
+pub async fn scale_to_zero(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let api = api_for(client, root);
+    let pp = PatchParams::default();
+    let scale = api
+        .get_scale(&root.name)
+        .await
+        .map_err(err(format!("reading the scale of {key}")))?;
+    let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+    let existing = RestoreRecord::parse(&root.annotations);
+    let replicas = match &existing {
+        // Resuming an action a previous run started: keep the count it recorded.
+        Some(r) if r.state == "pending" => r.replicas.unwrap_or(current),
+        _ if current == 0 => {
+            return Ok(Outcome::AlreadyDone(format!(
+                "{key} already has 0 replicas"
+            )));
+        }
+        _ => {
+            let record = RestoreRecord {
+                replicas: Some(current),
+                suspend: None,
+                state: "pending".into(),
+            };
+            let patch = annotate(&[
+                (
+                    keys::RESTORE,
+                    Some(serde_json::to_string(&record).unwrap_or_default()),
+                ),
+                (keys::REAPED_AT, Some(now.to_string())),
+                (keys::REAPED_ACTION, Some("ScaleToZero".into())),
+            ]);
+            api.patch(&root.name, &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(err(format!("recording the restore point of {key}")))?;
+            current
+        }
+    };
+    api.patch_scale(
+        &root.name,
+        &pp,
+        &Patch::Merge(&json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .map_err(err(format!("scaling {key} to 0")))?;
+    let done = RestoreRecord {
+        replicas: Some(replicas),
+        suspend: None,
+        state: "done".into(),
+    };
+    let patch = annotate(&[(
+        keys::RESTORE,
+        Some(serde_json::to_string(&done).unwrap_or_default()),
+    )]);
+    api.patch(&root.name, &pp, &Patch::Merge(&patch))
+        .await
+        .map_err(err(format!("marking the restore point of {key} done")))?;
+    Ok(Outcome::Done(format!(
+        "scaled {key} from {replicas} replicas to 0"
+    )))
+}
+
+/// Suspends a Job (or any kind with `spec.suspend`) in one write with its restore record.
+pub async fn suspend(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    if root.kind != "Job"
+        && root.kind != "JobSet"
+        && root.kind != "RayJob"
+        && root.kind != "RayCluster"
+    {
+        return Ok(Outcome::Unsupported(format!(
+            "{key}: Suspend works on Job, JobSet, RayJob and RayCluster; use ScaleToZero or Evict for a {}",
+            root.kind
+        )));
+    }
+    let api = api_for(client, root);
+    let record = RestoreRecord {
+        replicas: None,
+        suspend: Some(false),
+        state: "done".into(),
+    };
+    let mut patch = annotate(&[
+        (
+            keys::RESTORE,
+            Some(serde_json::to_string(&record).unwrap_or_default()),
+        ),
+        (keys::REAPED_AT, Some(now.to_string())),
+        (keys::REAPED_ACTION, Some("Suspend".into())),
+    ]);
+    patch["spec"] = json!({"suspend": true});
+    api.patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(err(format!("suspending {key}")))?;
+    Ok(Outcome::Done(format!("suspended {key}")))
+}
+
+/// Evicts every GPU pod of the workload through the Eviction API.
+pub async fn evict(
+    client: &Client,
+    root: &ObjectInfo,
+    pods: &[PodInfo],
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let api = api_for(client, root);
+    let patch = annotate(&[
+        (keys::REAPED_AT, Some(now.to_string())),
+        (keys::REAPED_ACTION, Some("Evict".into())),
+    ]);
+    let mut evicted = 0;
+    let mut refused = Vec::new();
+    for pod in pods {
+        let pods_api: Api<Pod> = Api::namespaced(client.clone(), &pod.meta.namespace);
+        match pods_api
+            .evict(&pod.meta.name, &EvictParams::default())
+            .await
+        {
+            Ok(_) => evicted += 1,
+            Err(kube::Error::Api(e)) if e.code == 429 => {
+                refused.push(format!("{}: {}", pod.meta.name, e.message))
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => {
+                return Err(ActionError {
+                    action: format!("evicting pod {}/{}", pod.meta.namespace, pod.meta.name),
+                    source,
+                });
+            }
+        }
+    }
+    if evicted > 0 {
+        // Recorded after the evictions: a refused eviction must leave the ladder where it
+        // was so the next cycle retries. A bare pod is gone with its eviction: nothing to
+        // record on.
+        match api
+            .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(source) => {
+                return Err(ActionError {
+                    action: format!("recording the eviction on {key}"),
+                    source,
+                });
+            }
+        }
+    }
+    if !refused.is_empty() {
+        return Ok(Outcome::Refused(format!(
+            "evicted {evicted} of {} pods of {key}; a PodDisruptionBudget refused the rest, retried next cycle ({})",
+            pods.len(),
+            refused.join("; ")
+        )));
+    }
+    Ok(Outcome::Done(format!("evicted {evicted} pods of {key}")))
+}
+
+/// Puts the workload back as the restore record says and restarts its ladder with a
+/// fresh startup grace.
+pub async fn wake(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let api = api_for(client, root);
+    let pp = PatchParams::default();
+    let record = RestoreRecord::parse(&root.annotations);
+    let clear = annotate(&[
+        (keys::RESTORE, None),
+        (keys::REAPED_AT, None),
+        (keys::REAPED_ACTION, None),
+        (keys::WARNED_AT, None),
+        (WOKEN_AT, Some(now.to_string())),
+    ]);
+    let what = match &record {
+        Some(RestoreRecord {
+            replicas: Some(n), ..
+        }) => {
+            api.patch_scale(
+                &root.name,
+                &pp,
+                &Patch::Merge(&json!({"spec": {"replicas": n}})),
+            )
+            .await
+            .map_err(err(format!("scaling {key} back to {n}")))?;
+            format!("scaled {key} back to {n} replicas")
+        }
+        Some(RestoreRecord {
+            suspend: Some(s), ..
+        }) => {
+            let mut patch = clear.clone();
+            patch["spec"] = json!({"suspend": s});
+            api.patch(&root.name, &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(err(format!("resuming {key}")))?;
+            return Ok(Outcome::Done(format!("resumed {key}")));
+        }
+        _ => format!("restarted the idle ladder of {key} (nothing to restore)"),
+    };
+    api.patch(&root.name, &pp, &Patch::Merge(&clear))
+        .await
+        .map_err(err(format!("clearing the reclaim annotations of {key}")))?;
+    Ok(Outcome::Done(what))
+}

@@ -1,0 +1,435 @@
+//! Inventory: pods that hold GPUs, resolved through controller owner references to the
+//! root workload gpu-reaper acts on. Pure: the controller feeds it what its watches hold.
+//!
+//! Resolution walks `controller: true` owner references through the objects it knows
+//! (ReplicaSet → Deployment, Job, StatefulSet, …). A Job owned by a CronJob stays the
+//! root (the Job is what is suspended) and the CronJob is reported. When an owner is not
+//! in the watched set (e.g. a RayCluster or Notebook whose CRD gpu-reaper does not watch
+//! yet), the last known object in the chain is the root and the unknown owner is kept in
+//! `unwatched_owner` so it can be reported instead of acted on blindly.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+
+use crate::admission::count::{self, GpuResources};
+use crate::engine::model::{PodPhase, PodState};
+
+/// A controller owner reference.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+/// Identity of an object: API group (no version), kind, namespace, name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(api_version: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            group: group_of(api_version).to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.namespace, self.kind, self.name)
+    }
+}
+
+/// The API group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.split_once('/').map_or("", |(g, _)| g)
+}
+
+/// What the inventory needs of any object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectInfo {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub owner: Option<OwnerRef>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub created_at: Timestamp,
+    /// `metadata.deletionTimestamp` is set: never acted on.
+    pub deleting: bool,
+}
+
+impl ObjectInfo {
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(&self.api_version, &self.kind, &self.namespace, &self.name)
+    }
+
+    /// From an object's JSON (`apiVersion`, `kind`, `metadata`).
+    pub fn from_value(v: &serde_json::Value) -> Option<Self> {
+        let meta = &v["metadata"];
+        let strings = |m: &serde_json::Value| -> BTreeMap<String, String> {
+            m.as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let owner = meta["ownerReferences"].as_array().and_then(|refs| {
+            refs.iter()
+                .find(|r| r["controller"].as_bool() == Some(true))
+                .and_then(|r| {
+                    Some(OwnerRef {
+                        api_version: r["apiVersion"].as_str()?.to_string(),
+                        kind: r["kind"].as_str()?.to_string(),
+                        name: r["name"].as_str()?.to_string(),
+                    })
+                })
+        });
+        Some(Self {
+            api_version: v["apiVersion"].as_str()?.to_string(),
+            kind: v["kind"].as_str()?.to_string(),
+            namespace: meta["namespace"].as_str().unwrap_or("").to_string(),
+            name: meta["name"].as_str()?.to_string(),
+            owner,
+            labels: strings(&meta["labels"]),
+            annotations: strings(&meta["annotations"]),
+            created_at: meta["creationTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(Timestamp::UNIX_EPOCH),
+            deleting: meta.get("deletionTimestamp").is_some_and(|d| !d.is_null()),
+        })
+    }
+}
+
+/// A pod that holds GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    pub meta: ObjectInfo,
+    pub state: PodState,
+    /// GPUs (MIG slices as fractions) the pod claims.
+    pub gpus: f64,
+}
+
+/// Reads a pod; `None` when it claims no GPUs, has finished, or cannot be read.
+pub fn pod_info(
+    pod: &serde_json::Value,
+    resources: &GpuResources,
+    now: Timestamp,
+) -> Option<PodInfo> {
+    let meta = ObjectInfo::from_value(pod)?;
+    let (gpus, _) =
+        count::pod_spec_gpus(&pod["spec"], "spec", &meta.namespace, resources, &()).ok()?;
+    if gpus <= 0.0 {
+        return None;
+    }
+    let status = &pod["status"];
+    let phase = match status["phase"].as_str() {
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some("Pending") | None => PodPhase::Pending,
+        _ => PodPhase::Unknown,
+    };
+    if matches!(phase, PodPhase::Succeeded | PodPhase::Failed) {
+        return None;
+    }
+    let waiting_reason = status["containerStatuses"].as_array().and_then(|cs| {
+        cs.iter().find_map(|c| {
+            c["state"]["waiting"]["reason"]
+                .as_str()
+                .filter(|r| *r != "ContainerCreating" && *r != "PodInitializing")
+                .map(str::to_string)
+        })
+    });
+    let stuck_since = (phase == PodPhase::Pending || waiting_reason.is_some()).then(|| {
+        status["startTime"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(meta.created_at)
+            .min(now)
+    });
+    Some(PodInfo {
+        meta,
+        state: PodState {
+            phase,
+            waiting_reason,
+            stuck_since,
+            gpu_devices: gpus.ceil() as u32,
+        },
+        gpus,
+    })
+}
+
+/// A root workload and the GPU pods it owns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// The object gpu-reaper acts on and keeps ladder state on.
+    pub root: ObjectInfo,
+    pub pods: Vec<PodInfo>,
+    /// GPUs held by all its pods.
+    pub gpus: f64,
+    /// A CronJob that created the Job root (reported; the Job is acted on).
+    pub cron_job: Option<String>,
+    /// An owner of the root whose kind gpu-reaper does not watch (reported, not acted on).
+    pub unwatched_owner: Option<OwnerRef>,
+}
+
+/// Groups GPU pods by root workload. `objects` holds the watched owners (ReplicaSets,
+/// Deployments, StatefulSets, Jobs, …) by key. Output is sorted by key.
+pub fn resolve(pods: Vec<PodInfo>, objects: &HashMap<ObjectKey, ObjectInfo>) -> Vec<Workload> {
+    let mut by_root: BTreeMap<ObjectKey, Workload> = BTreeMap::new();
+    for pod in pods {
+        let mut root = pod.meta.clone();
+        let mut cron_job = None;
+        let mut unwatched_owner = None;
+        // Bounded: owner chains are short; a cycle in bad data must not hang the loop.
+        for _ in 0..8 {
+            let Some(owner) = root.owner.clone() else {
+                break;
+            };
+            if owner.kind == "CronJob" && root.kind == "Job" {
+                cron_job = Some(owner.name.clone());
+                break;
+            }
+            let key = ObjectKey::new(
+                &owner.api_version,
+                &owner.kind,
+                &root.namespace,
+                &owner.name,
+            );
+            match objects.get(&key) {
+                Some(parent) => root = parent.clone(),
+                None => {
+                    // Not watched (a CRD gpu-reaper does not know yet): report it and act
+                    // on nothing, since acting below it would fight the controller above.
+                    unwatched_owner = Some(owner);
+                    break;
+                }
+            }
+        }
+        let entry = by_root.entry(root.key()).or_insert_with(|| Workload {
+            root: root.clone(),
+            pods: Vec::new(),
+            gpus: 0.0,
+            cron_job: cron_job.clone(),
+            unwatched_owner: unwatched_owner.clone(),
+        });
+        entry.gpus += pod.gpus;
+        entry.pods.push(pod);
+    }
+    let mut out: Vec<Workload> = by_root.into_values().collect();
+    for w in &mut out {
+        w.pods.sort_by(|a, b| a.meta.name.cmp(&b.meta.name));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        owner: Option<(&str, &str, &str)>,
+    ) -> serde_json::Value {
+        let mut v = json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": "ml", "creationTimestamp": "2026-11-29T10:00:00Z",
+                         "labels": {"app": name}, "annotations": {"gpureaper.io/warned-at": "2026-11-29T11:00:00Z"}},
+        });
+        if let Some((av, k, n)) = owner {
+            v["metadata"]["ownerReferences"] =
+                json!([{"apiVersion": av, "kind": k, "name": n, "uid": "u", "controller": true}]);
+        }
+        v
+    }
+
+    fn gpu_pod(
+        name: &str,
+        owner: Option<(&str, &str, &str)>,
+        gpus: &str,
+        phase: &str,
+    ) -> serde_json::Value {
+        let mut p = object("v1", "Pod", name, owner);
+        p["spec"] = json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]});
+        p["status"] = json!({"phase": phase});
+        p
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-29T12:00:00Z".parse().unwrap()
+    }
+
+    fn objects(list: &[serde_json::Value]) -> HashMap<ObjectKey, ObjectInfo> {
+        list.iter()
+            .map(|v| {
+                let o = ObjectInfo::from_value(v).unwrap();
+                (o.key(), o)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pods_of_a_deployment_resolve_through_their_replicaset_and_sum_their_gpus() {
+        let owners = objects(&[
+            object("apps/v1", "Deployment", "llm", None),
+            object(
+                "apps/v1",
+                "ReplicaSet",
+                "llm-5d8f",
+                Some(("apps/v1", "Deployment", "llm")),
+            ),
+        ]);
+        let rs = Some(("apps/v1", "ReplicaSet", "llm-5d8f"));
+        let pods = vec![
+            pod_info(
+                &gpu_pod("llm-5d8f-a", rs, "2", "Running"),
+                &GpuResources::default(),
+                now(),
+            )
+            .unwrap(),
+            pod_info(
+                &gpu_pod("llm-5d8f-b", rs, "2", "Running"),
+                &GpuResources::default(),
+                now(),
+            )
+            .unwrap(),
+        ];
+        let workloads = resolve(pods, &owners);
+        assert_eq!(workloads.len(), 1);
+        let w = &workloads[0];
+        assert_eq!(
+            w.root.key(),
+            ObjectKey::new("apps/v1", "Deployment", "ml", "llm")
+        );
+        assert_eq!(w.gpus, 4.0);
+        assert_eq!(w.pods.len(), 2);
+        assert_eq!(
+            w.root.annotations["gpureaper.io/warned-at"],
+            "2026-11-29T11:00:00Z"
+        );
+        assert_eq!(w.unwatched_owner, None);
+    }
+
+    #[test]
+    fn a_job_of_a_cronjob_is_the_root_and_the_cronjob_is_reported() {
+        let owners = objects(&[object(
+            "batch/v1",
+            "Job",
+            "nightly-123",
+            Some(("batch/v1", "CronJob", "nightly")),
+        )]);
+        let pod = pod_info(
+            &gpu_pod(
+                "nightly-123-x",
+                Some(("batch/v1", "Job", "nightly-123")),
+                "8",
+                "Running",
+            ),
+            &GpuResources::default(),
+            now(),
+        )
+        .unwrap();
+        let w = resolve(vec![pod], &owners).remove(0);
+        assert_eq!(w.root.kind, "Job");
+        assert_eq!(w.cron_job.as_deref(), Some("nightly"));
+    }
+
+    #[test]
+    fn an_unwatched_owner_is_reported_and_a_bare_pod_is_its_own_root() {
+        let pods = vec![
+            pod_info(
+                &gpu_pod(
+                    "ray-head",
+                    Some(("ray.io/v1", "RayCluster", "rc")),
+                    "1",
+                    "Running",
+                ),
+                &GpuResources::default(),
+                now(),
+            )
+            .unwrap(),
+            pod_info(
+                &gpu_pod("scratch", None, "1", "Running"),
+                &GpuResources::default(),
+                now(),
+            )
+            .unwrap(),
+        ];
+        let w = resolve(pods, &HashMap::new());
+        assert_eq!(w.len(), 2);
+        let ray = w.iter().find(|w| w.root.name == "ray-head").unwrap();
+        assert_eq!(
+            ray.unwatched_owner.as_ref().map(|o| o.kind.as_str()),
+            Some("RayCluster")
+        );
+        let bare = w.iter().find(|w| w.root.name == "scratch").unwrap();
+        assert_eq!(bare.root.kind, "Pod");
+        assert_eq!(bare.unwatched_owner, None);
+    }
+
+    #[test]
+    fn pods_without_gpus_and_finished_pods_are_not_inventoried() {
+        let mut cpu = gpu_pod("cpu", None, "1", "Running");
+        cpu["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "2"}});
+        assert!(pod_info(&cpu, &GpuResources::default(), now()).is_none());
+        assert!(
+            pod_info(
+                &gpu_pod("done", None, "1", "Succeeded"),
+                &GpuResources::default(),
+                now()
+            )
+            .is_none()
+        );
+        let mut crash = gpu_pod("crash", None, "1", "Running");
+        crash["status"]["containerStatuses"] =
+            json!([{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+        let info = pod_info(&crash, &GpuResources::default(), now()).unwrap();
+        assert_eq!(
+            info.state.waiting_reason.as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        assert!(info.state.stuck_since.is_some());
+    }
+
+    #[test]
+    fn an_owner_cycle_in_bad_data_ends() {
+        let owners = objects(&[
+            object(
+                "apps/v1",
+                "ReplicaSet",
+                "a",
+                Some(("apps/v1", "ReplicaSet", "b")),
+            ),
+            object(
+                "apps/v1",
+                "ReplicaSet",
+                "b",
+                Some(("apps/v1", "ReplicaSet", "a")),
+            ),
+        ]);
+        let pod = pod_info(
+            &gpu_pod("p", Some(("apps/v1", "ReplicaSet", "a")), "1", "Running"),
+            &GpuResources::default(),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(resolve(vec![pod], &owners).len(), 1);
+    }
+}

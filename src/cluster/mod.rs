@@ -1,0 +1,6 @@
+//! The cluster edge of the controller: the inventory of GPU workloads (pure resolution
+//! of pods to their root workloads) and the actions on them (IO through kube::Client).
+
+pub mod actions;
+pub mod inventory;
+pub mod wake;

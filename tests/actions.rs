@@ -1,0 +1,286 @@
+//! The controller's actions against kube-sim (a real HTTP API server with `/scale`,
+//! `/eviction` and PodDisruptionBudgets), and `gpu-reaper wake` restoring them.
+
+use std::process::Stdio;
+
+use gpu_reaper::admission::count::GpuResources;
+use gpu_reaper::api::policy::ActionType;
+use gpu_reaper::cluster::actions::{self, Outcome, RestoreRecord};
+use gpu_reaper::cluster::inventory::{ObjectInfo, PodInfo, pod_info};
+use jiff::Timestamp;
+use kube_sim::KubeSim;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
+
+fn now() -> Timestamp {
+    "2026-11-29T12:00:00Z".parse().unwrap()
+}
+
+fn deployment(name: &str, replicas: i32, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "c", "image": "vllm/vllm-openai:v0.6.0",
+                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+    })
+}
+
+fn stored(sim: &KubeSim, group: &str, plural: &str, name: &str) -> Value {
+    sim.get(group, plural, "ml", name).unwrap()
+}
+
+fn info(v: &Value) -> ObjectInfo {
+    ObjectInfo::from_value(v).unwrap()
+}
+
+fn restore_of(v: &Value) -> RestoreRecord {
+    serde_json::from_str(
+        v["metadata"]["annotations"]["gpureaper.io/restore"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(deployment(
+        "chat",
+        3,
+        json!({"gpureaper.io/warned-at": "2026-11-29T11:00:00Z"}),
+    ))
+    .unwrap();
+    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    let outcome = actions::act(&client, ActionType::ScaleToZero, &root, &[], now())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("scaled ml/Deployment/chat from 3 replicas to 0".into())
+    );
+    let after = stored(&sim, "apps", "deployments", "chat");
+    assert_eq!(after["spec"]["replicas"], 0);
+    assert_eq!(
+        restore_of(&after),
+        RestoreRecord {
+            replicas: Some(3),
+            suspend: None,
+            state: "done".into()
+        }
+    );
+    assert_eq!(
+        after["metadata"]["annotations"]["gpureaper.io/reaped-action"],
+        "ScaleToZero"
+    );
+    assert_eq!(
+        after["metadata"]["annotations"]["gpureaper.io/reaped-at"],
+        "2026-11-29T12:00:00Z"
+    );
+
+    // Acting again changes nothing and keeps the record.
+    let again = actions::act(&client, ActionType::ScaleToZero, &info(&after), &[], now())
+        .await
+        .unwrap();
+    assert!(matches!(again, Outcome::AlreadyDone(_)), "{again:?}");
+    assert_eq!(
+        restore_of(&stored(&sim, "apps", "deployments", "chat")).replicas,
+        Some(3)
+    );
+
+    // `gpu-reaper wake` with kubectl's kubeconfig.
+    let out = tokio::process::Command::new(BIN)
+        .args(["wake", "ml/Deployment/chat"])
+        .env("KUBECONFIG", sim.kubeconfig_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "scaled ml/Deployment/chat back to 3 replicas"
+    );
+    let woken = stored(&sim, "apps", "deployments", "chat");
+    assert_eq!(woken["spec"]["replicas"], 3);
+    let annotations = woken["metadata"]["annotations"].as_object().unwrap();
+    for gone in [
+        "gpureaper.io/restore",
+        "gpureaper.io/reaped-at",
+        "gpureaper.io/reaped-action",
+        "gpureaper.io/warned-at",
+    ] {
+        assert!(
+            !annotations.contains_key(gone),
+            "{gone} left: {annotations:?}"
+        );
+    }
+    assert!(annotations.contains_key("gpureaper.io/woken-at"));
+}
+
+#[tokio::test]
+async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_without_losing_it() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    // What a run killed right after its first write leaves: the record says pending, the
+    // replicas are still up.
+    let pending = json!({"gpureaper.io/restore": "{\"replicas\":4,\"state\":\"pending\"}",
+                         "gpureaper.io/reaped-at": "2026-11-29T11:59:00Z",
+                         "gpureaper.io/reaped-action": "ScaleToZero"});
+    sim.seed(deployment("chat", 4, pending)).unwrap();
+    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    let outcome = actions::act(&client, ActionType::ScaleToZero, &root, &[], now())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("scaled ml/Deployment/chat from 4 replicas to 0".into())
+    );
+    let after = stored(&sim, "apps", "deployments", "chat");
+    assert_eq!(after["spec"]["replicas"], 0);
+    assert_eq!(
+        restore_of(&after),
+        RestoreRecord {
+            replicas: Some(4),
+            suspend: None,
+            state: "done".into()
+        }
+    );
+    // The first run's reclaim time is kept: it is one action, not two.
+    assert_eq!(
+        after["metadata"]["annotations"]["gpureaper.io/reaped-at"],
+        "2026-11-29T11:59:00Z"
+    );
+}
+
+#[tokio::test]
+async fn a_job_is_suspended_in_the_same_write_as_its_restore_record_and_resumed_by_wake() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
+                 "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    }))
+    .unwrap();
+    let root = info(&stored(&sim, "batch", "jobs", "train"));
+    let rv = stored(&sim, "batch", "jobs", "train")["metadata"]["resourceVersion"].clone();
+    let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Done("suspended ml/Job/train".into()));
+    let after = stored(&sim, "batch", "jobs", "train");
+    assert_eq!(after["spec"]["suspend"], true);
+    assert_eq!(restore_of(&after).suspend, Some(false));
+    // One write: the resourceVersion moved once.
+    let before: u64 = rv.as_str().unwrap().parse().unwrap();
+    let now_rv: u64 = after["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(sim.resource_version(), now_rv);
+    assert!(now_rv > before);
+    let woken = actions::wake(&client, &info(&after), now()).await.unwrap();
+    assert_eq!(woken, Outcome::Done("resumed ml/Job/train".into()));
+    let resumed = stored(&sim, "batch", "jobs", "train");
+    assert_eq!(resumed["spec"]["suspend"], false);
+    assert!(
+        resumed["metadata"]["annotations"]
+            .get("gpureaper.io/restore")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn suspend_on_a_deployment_is_refused_with_the_alternative() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(deployment("chat", 1, json!({}))).unwrap();
+    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Unsupported("ml/Deployment/chat: Suspend works on Job, JobSet, RayJob and RayCluster; use ScaleToZero or Evict for a Deployment".into()));
+    assert_eq!(
+        stored(&sim, "apps", "deployments", "chat")["spec"]["replicas"],
+        1
+    );
+}
+
+fn pod(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"app": "nb"}},
+        "spec": {"containers": [{"name": "c", "image": "jupyter", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+#[tokio::test]
+async fn eviction_refused_by_a_disruption_budget_is_reported_and_succeeds_once_allowed() {
+    let sim = KubeSim::start().await.unwrap();
+    // As the controller builds its client: no blanket retry of 429, so a PDB refusal
+    // comes back at once and the next cycle retries.
+    let mut config = sim.config().await.unwrap();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    sim.seed(pod("nb-0")).unwrap();
+    sim.seed(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "nb", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "nb"}}},
+    }))
+    .unwrap();
+    let stored_pod = stored(&sim, "", "pods", "nb-0");
+    let root = info(&stored_pod);
+    let pods: Vec<PodInfo> = vec![pod_info(&stored_pod, &GpuResources::default(), now()).unwrap()];
+    let outcome = actions::act(&client, ActionType::Evict, &root, &pods, now())
+        .await
+        .unwrap();
+    let Outcome::Refused(text) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        text.starts_with(
+            "evicted 0 of 1 pods of ml/Pod/nb-0; a PodDisruptionBudget refused the rest"
+        ),
+        "{text}"
+    );
+    assert!(sim.get("", "pods", "ml", "nb-0").is_some(), "never forced");
+    // The budget is lifted: the next cycle's eviction goes through.
+    let pdb = sim
+        .get("policy", "poddisruptionbudgets", "ml", "nb")
+        .unwrap();
+    let mut relaxed = pdb.clone();
+    relaxed["spec"]["minAvailable"] = json!(0);
+    kube::Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        client.clone(),
+        "ml",
+    )
+    .replace(
+        "nb",
+        &Default::default(),
+        &serde_json::from_value(relaxed).unwrap(),
+    )
+    .await
+    .unwrap();
+    let outcome = actions::act(&client, ActionType::Evict, &root, &pods, now())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("evicted 1 pods of ml/Pod/nb-0".into())
+    );
+    assert!(sim.get("", "pods", "ml", "nb-0").is_none());
+}
