@@ -34,9 +34,53 @@ pub enum Command {
     /// Run the budget gate offline on manifests, for CI before `kubectl apply`: exit 0
     /// when every object is admitted, 1 when one is denied, 2 on bad input.
     Check(CheckArgs),
+    /// Run the controller: find GPU workloads, match them to GpuPolicies, warn, then act
+    /// on what stays idle (Enforce) or report what it would do (Audit).
+    Controller(ControllerArgs),
     /// Put a reclaimed workload back as it was (replicas, unsuspend) and restart its idle
     /// ladder with a fresh startup grace.
     Wake(WakeArgs),
+}
+
+/// `gpu-reaper controller`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Time between evaluations (Go duration).
+    #[arg(long, env = "GPU_REAPER_INTERVAL", default_value = "60s")]
+    pub interval: String,
+    /// Scrape interval of the DCGM exporter (Go duration): coverage is counted against it.
+    #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s")]
+    pub scrape_interval: String,
+    /// Plain-HTTP address serving /metrics, /healthz and /readyz.
+    #[arg(long, env = "GPU_REAPER_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: String,
+    /// Name of the coordination.k8s.io Lease for leader election.
+    #[arg(
+        long,
+        env = "GPU_REAPER_LEASE_NAME",
+        default_value = "gpu-reaper-controller"
+    )]
+    pub lease_name: String,
+    /// Namespace of the Lease (the controller's own).
+    #[arg(long, env = "GPU_REAPER_LEASE_NAMESPACE", default_value = "gpu-reaper")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease (the pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a leader's Lease lasts without renewal (Go duration).
+    #[arg(long, env = "GPU_REAPER_LEASE_DURATION", default_value = "15s")]
+    pub lease_duration: String,
+    /// Evaluate once and exit (after acquiring the Lease); for scripts and tests.
+    #[arg(long)]
+    pub once: bool,
+    /// Evaluate as of this time (RFC 3339) instead of the wall clock; with --once, for
+    /// replaying history and tests.
+    #[arg(long, hide = true)]
+    pub now: Option<String>,
+    #[command(flatten)]
+    pub gpus: GpuCountArgs,
 }
 
 /// `gpu-reaper wake`.

@@ -42,6 +42,9 @@ pub enum Error {
     /// The webhook could not start or stopped.
     #[error("webhook: {0}")]
     Webhook(String),
+    /// The controller could not start or evaluate.
+    #[error("controller: {0}")]
+    Controller(String),
 }
 
 impl From<serde_yaml::Error> for Error {
@@ -70,6 +73,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Denied(_) => "denied",
             Error::Webhook(_) => "webhook",
+            Error::Controller(_) => "controller",
         }
     }
 
@@ -83,7 +87,8 @@ impl Error {
             | Error::NotReady(_)
             | Error::Kube { .. }
             | Error::Denied(_)
-            | Error::Webhook(_) => 1,
+            | Error::Webhook(_)
+            | Error::Controller(_) => 1,
         }
     }
 }

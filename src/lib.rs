@@ -6,6 +6,7 @@ pub mod api;
 pub mod backtest;
 pub mod cli;
 pub mod cluster;
+pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod logging;

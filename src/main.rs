@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Attest(args) => gpu_reaper::admission::approve::run(&args),
         Command::Check(args) => gpu_reaper::admission::check::run(&args),
         Command::Wake(args) => gpu_reaper::cluster::wake::run(&args),
+        Command::Controller(args) => gpu_reaper::controller::run::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,104 +2,15 @@
 //! with `promtool tsdb create-blocks-from openmetrics`, and from misbehaving fakes.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
-struct Prometheus {
-    child: Child,
-    url: String,
-    dir: PathBuf,
-}
+mod common;
 
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts Prometheus on loopback with `openmetrics` backfilled into its TSDB.
-fn prometheus_with(name: &str, openmetrics: &[u8]) -> Prometheus {
-    let dir = std::env::temp_dir().join(format!("gpu-reaper-prom-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::write(dir.join("trace.om"), openmetrics).unwrap();
-    let backfill = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(dir.join("trace.om"))
-        .arg(dir.join("data"))
-        .output()
-        .expect("promtool is needed: apt-get install -y prometheus (bash .ci/run does it)");
-    assert!(
-        backfill.status.success(),
-        "backfill: {}",
-        String::from_utf8_lossy(&backfill.stderr)
-    );
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        "global:\n  scrape_interval: 1m\n",
-    )
-    .unwrap();
-    let port = free_port();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg("--storage.tsdb.retention.time=100y")
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("prometheus is needed: apt-get install -y prometheus (bash .ci/run does it)");
-    let p = Prometheus {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !http_ok(port, "/-/ready") {
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus not ready: {}",
-            std::fs::read_to_string(p.dir.join("prometheus.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    p
-}
-
-fn http_ok(port: u16, path: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .is_err()
-    {
-        return false;
-    }
-    let mut buf = [0u8; 12];
-    s.read_exact(&mut buf).is_ok() && buf.ends_with(b"200")
-}
+use common::{free_port, prometheus_with};
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("binary runs")

@@ -1,0 +1,7 @@
+//! The controller: every `--interval`, observe (GPU pods → root workloads, policies,
+//! telemetry) → plan (pure, the engine backtest replays) → act (scale, suspend, evict,
+//! warn) → status, by the Lease holder only.
+
+pub mod lease;
+pub mod plan;
+pub mod run;

@@ -1,0 +1,278 @@
+//! One policy's evaluation: which workloads it governs, what the engine says about each,
+//! and the actions `maxPerHour` allows. Pure: the same engine `backtest` replays.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::api::policy::{self, PolicyMode};
+use crate::api::{GpuPolicy, keys};
+use crate::cluster::actions::WOKEN_AT;
+use crate::cluster::inventory::{ObjectKey, Workload};
+use crate::engine::model::{Decision, GpuObservation, LadderState, Step, WorkloadMeta};
+use crate::engine::{Rules, evaluate, limit_actions};
+use crate::telemetry::prometheus::Observations;
+
+/// What the controller will do for one workload this cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// Index into the inventory.
+    pub workload: usize,
+    pub decision: Decision,
+}
+
+/// A policy's plan for this cycle.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PolicyPlan {
+    pub planned: Vec<Planned>,
+    /// Governed GPUs.
+    pub gpus: f64,
+}
+
+/// Observations grouped by (namespace, pod), built once per cycle.
+pub fn by_pod(observations: &Observations) -> HashMap<(&str, &str), Vec<&GpuObservation>> {
+    let mut out: HashMap<(&str, &str), Vec<&GpuObservation>> = HashMap::new();
+    for ((ns, pod, _), o) in observations {
+        out.entry((ns.as_str(), pod.as_str())).or_default().push(o);
+    }
+    out
+}
+
+/// Ladder state kept in memory in Audit mode, where gpu-reaper writes nothing on
+/// workloads: when each was warned and when it would have been acted on.
+#[derive(Debug, Clone, Default)]
+pub struct AuditMemory {
+    pub warned_at: HashMap<ObjectKey, Timestamp>,
+    pub would_act_at: HashMap<ObjectKey, Timestamp>,
+}
+
+/// Evaluates `policy` over the inventory. `policies` are all policies (a workload is
+/// governed by the highest-priority match only).
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    policy: &GpuPolicy,
+    policies: &[&GpuPolicy],
+    workloads: &[Workload],
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+    observations: &HashMap<(&str, &str), Vec<&GpuObservation>>,
+    audit: &AuditMemory,
+    now: Timestamp,
+) -> PolicyPlan {
+    let rules = Rules::from_spec(&policy.spec);
+    let empty = BTreeMap::new();
+    let mut out = PolicyPlan::default();
+    let hour_ago = now - SignedDuration::from_hours(1);
+    let mut acted_last_hour = 0u32;
+    for (i, w) in workloads.iter().enumerate() {
+        let root = &w.root;
+        let ns_labels = namespaces.get(&root.namespace).unwrap_or(&empty);
+        let (chosen, _) = policy::select(
+            policies.iter().copied(),
+            &root.kind,
+            ns_labels,
+            &root.labels,
+        );
+        if chosen.map(|p| &p.metadata.name) != Some(&policy.metadata.name) {
+            continue;
+        }
+        out.gpus += w.gpus;
+        let mut ladder = LadderState::from_annotations(&root.annotations);
+        let key = root.key();
+        if policy.spec.mode == PolicyMode::Audit {
+            ladder.warned_at = ladder.warned_at.max(audit.warned_at.get(&key).copied());
+            ladder.reaped_at = ladder.reaped_at.max(audit.would_act_at.get(&key).copied());
+        }
+        if ladder.reaped_at.is_some_and(|t| t >= hour_ago) {
+            acted_last_hour += 1;
+        }
+        let woken = root
+            .annotations
+            .get(WOKEN_AT)
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        let mut labels = root.labels.clone();
+        // An exempt namespace exempts its workloads.
+        if ns_labels.get(keys::EXEMPT_LABEL).map(String::as_str) == Some("true") {
+            labels.insert(keys::EXEMPT_LABEL.into(), "true".into());
+        }
+        let meta = WorkloadMeta {
+            kind: root.kind.clone(),
+            namespace: root.namespace.clone(),
+            name: root.name.clone(),
+            created_at: root.created_at.max(woken.unwrap_or(root.created_at)),
+            labels,
+            annotations: root.annotations.clone(),
+        };
+        let pods: Vec<_> = w.pods.iter().map(|p| p.state.clone()).collect();
+        let mut gpus = Vec::new();
+        for (pi, pod) in w.pods.iter().enumerate() {
+            for o in observations
+                .get(&(pod.meta.namespace.as_str(), pod.meta.name.as_str()))
+                .into_iter()
+                .flatten()
+            {
+                gpus.push(GpuObservation {
+                    pod: pi,
+                    ..(*o).clone()
+                });
+            }
+        }
+        let mut decision = evaluate(&rules, &meta, &pods, &gpus, &ladder, now);
+        if let Step::Act(action) = decision.step {
+            let blocked = if root.deleting {
+                Some(format!("{key} is being deleted"))
+            } else {
+                w.unwatched_owner.as_ref().map(|o| {
+                    format!(
+                        "owned by {} {}, a kind gpu-reaper does not manage yet",
+                        o.kind, o.name
+                    )
+                })
+            };
+            if let Some(why) = blocked {
+                decision.step = Step::Nothing;
+                decision.reason = format!("would {action:?} but {why}");
+            }
+        }
+        out.planned.push(Planned {
+            workload: i,
+            decision,
+        });
+    }
+    let mut refs: Vec<&mut Decision> = out.planned.iter_mut().map(|p| &mut p.decision).collect();
+    limit_actions(&mut refs, acted_last_hour, rules.max_per_hour);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::count::GpuResources;
+    use crate::cluster::inventory::{pod_info, resolve};
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2026-11-29T12:00:00Z".parse().unwrap()
+    }
+
+    fn policy() -> GpuPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
+            "spec": {"mode": "Enforce", "action": {"type": "ScaleToZero", "after": "60m", "maxPerHour": 20},
+                     "warn": {"after": "30m"}},
+        }))
+        .unwrap()
+    }
+
+    /// `n` bare GPU pods created a day ago, warned 45 minutes ago, idle for 2 hours.
+    fn idle_fleet(n: usize, reaped: usize) -> (Vec<Workload>, Observations) {
+        let mut pods = Vec::new();
+        let mut observations = Observations::new();
+        for i in 0..n {
+            let mut annotations = json!({"gpureaper.io/warned-at": "2026-11-29T11:15:00Z"});
+            if i < reaped {
+                annotations["gpureaper.io/reaped-at"] = json!("2026-11-29T11:50:00Z");
+            }
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("nb-{i:03}"), "namespace": "ml", "creationTimestamp": "2026-11-28T12:00:00Z",
+                             "annotations": annotations},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": "Running"},
+            });
+            pods.push(pod_info(&pod, &GpuResources::default(), now()).unwrap());
+            observations.insert(
+                ("ml".into(), format!("nb-{i:03}"), format!("GPU-{i}")),
+                GpuObservation {
+                    id: format!("GPU-{i}"),
+                    model: "NVIDIA L4".into(),
+                    share: 1.0,
+                    coverage: 1.0,
+                    first_sample_at: Some(now() - SignedDuration::from_hours(24)),
+                    last_busy_at: Some(
+                        now() - SignedDuration::from_hours(2) - SignedDuration::from_mins(i as i64),
+                    ),
+                    ..GpuObservation::default()
+                },
+            );
+        }
+        (resolve(pods, &HashMap::new()), observations)
+    }
+
+    fn acts(plan: &PolicyPlan) -> usize {
+        plan.planned
+            .iter()
+            .filter(|p| matches!(p.decision.step, Step::Act(_)))
+            .count()
+    }
+
+    #[test]
+    fn two_hundred_idle_workloads_get_exactly_max_per_hour_actions_longest_idle_first() {
+        let p = policy();
+        let (workloads, observations) = idle_fleet(200, 0);
+        let grouped = by_pod(&observations);
+        let plan = plan(
+            &p,
+            &[&p],
+            &workloads,
+            &HashMap::new(),
+            &grouped,
+            &AuditMemory::default(),
+            now(),
+        );
+        assert_eq!(plan.planned.len(), 200);
+        assert_eq!(acts(&plan), 20);
+        // The longest idle (highest index: idle longest) are the ones acted on.
+        let acted: Vec<usize> = plan
+            .planned
+            .iter()
+            .filter(|p| matches!(p.decision.step, Step::Act(_)))
+            .map(|p| p.workload)
+            .collect();
+        assert!(acted.iter().all(|&i| i >= 180), "{acted:?}");
+        assert!(
+            plan.planned
+                .iter()
+                .filter(|p| matches!(p.decision.step, Step::RateLimited(_)))
+                .count()
+                == 180
+        );
+    }
+
+    #[test]
+    fn actions_taken_in_the_last_hour_count_against_the_budget() {
+        let p = policy();
+        // 20 were reclaimed ten minutes ago (their pods are still listed while they stop).
+        let (workloads, observations) = idle_fleet(200, 20);
+        let grouped = by_pod(&observations);
+        let plan = plan(
+            &p,
+            &[&p],
+            &workloads,
+            &HashMap::new(),
+            &grouped,
+            &AuditMemory::default(),
+            now(),
+        );
+        assert_eq!(acts(&plan), 0);
+    }
+
+    #[test]
+    fn a_workload_governed_by_a_higher_priority_policy_is_not_planned_here() {
+        let low = policy();
+        let mut high = policy();
+        high.metadata.name = Some("high".into());
+        high.spec.priority = 10;
+        let (workloads, observations) = idle_fleet(3, 0);
+        let grouped = by_pod(&observations);
+        let plan = plan(
+            &low,
+            &[&low, &high],
+            &workloads,
+            &HashMap::new(),
+            &grouped,
+            &AuditMemory::default(),
+            now(),
+        );
+        assert!(plan.planned.is_empty());
+    }
+}

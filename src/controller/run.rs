@@ -1,0 +1,666 @@
+//! `gpu-reaper controller`: observe (IO) → plan (pure) → act (IO) → status, every
+//! `--interval`, by the Lease holder only.
+//!
+//! Observe lists what the cycle needs (GPU pods, their owners, policies, namespaces) in
+//! pages of 500 and asks Prometheus one batched set of queries per policy. A policy whose
+//! telemetry fails is marked Degraded and nothing it governs is acted on (invariant 1).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+
+use super::lease::Elector;
+use super::plan::{AuditMemory, by_pod, plan};
+use crate::admission::count::GpuResources;
+use crate::api::conditions::{condition, set_condition};
+use crate::api::policy::{GpuPolicyStatus, PolicyMode, WorkloadCounts};
+use crate::api::{GpuPolicy, keys};
+use crate::cli::ControllerArgs;
+use crate::cluster::actions::{self, Outcome};
+use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
+use crate::engine::Rules;
+use crate::engine::model::{Decision, Step};
+use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
+use crate::telemetry::prometheus::{LiveSettings, PrometheusSource};
+use crate::{Error, Result};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: String,
+    result: &'static str,
+}
+
+/// The controller's metrics (prefix `gpu_reaper_`).
+pub struct Metrics {
+    registry: Registry,
+    governed_gpus: Family<PolicyLabels, Gauge>,
+    idle_workloads: Family<PolicyLabels, Gauge>,
+    actions: Family<ActionLabels, Counter>,
+    telemetry_errors: Family<PolicyLabels, Counter>,
+    cycle: Histogram,
+    leader: Gauge,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("gpu_reaper");
+        let governed_gpus = Family::default();
+        registry.register(
+            "governed_gpus",
+            "GPUs held by workloads a policy governs",
+            Clone::clone(&governed_gpus),
+        );
+        let idle_workloads = Family::default();
+        registry.register(
+            "idle_workloads",
+            "Governed workloads classified idle",
+            Clone::clone(&idle_workloads),
+        );
+        let actions = Family::default();
+        registry.register(
+            "actions",
+            "Actions by kind and result (done, would_act, refused, failed)",
+            Clone::clone(&actions),
+        );
+        let telemetry_errors = Family::default();
+        registry.register(
+            "telemetry_errors",
+            "Evaluations skipped because Prometheus failed",
+            Clone::clone(&telemetry_errors),
+        );
+        let cycle = Histogram::new(exponential_buckets(0.01, 2.0, 12));
+        registry.register(
+            "evaluation_duration_seconds",
+            "Time of one evaluation cycle",
+            cycle.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the Lease",
+            leader.clone(),
+        );
+        Self {
+            registry,
+            governed_gpus,
+            idle_workloads,
+            actions,
+            telemetry_errors,
+            cycle,
+            leader,
+        }
+    }
+
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+struct Controller {
+    client: Client,
+    recorder: Recorder,
+    source: PrometheusSource,
+    scrape_interval: i64,
+    selector_labels: crate::telemetry::trace::WorkloadLabels,
+    resources: GpuResources,
+    audit: AuditMemory,
+    metrics: Arc<Metrics>,
+}
+
+/// Lists every object of `api` in pages of 500.
+async fn list_all<K>(api: &Api<K>) -> std::result::Result<Vec<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        out.extend(page.items);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+fn kube_err(action: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
+    move |source| Error::Kube {
+        action: action.to_string(),
+        source,
+    }
+}
+
+fn meta_info(
+    api_version: &str,
+    kind: &str,
+    m: &PartialObjectMeta<DynamicObject>,
+) -> Option<ObjectInfo> {
+    let mut v = serde_json::to_value(&m.metadata).ok()?;
+    let meta = v.take();
+    ObjectInfo::from_value(&json!({"apiVersion": api_version, "kind": kind, "metadata": meta}))
+}
+
+impl Controller {
+    /// Observe: GPU pods resolved to root workloads, policies, namespace labels.
+    async fn observe(
+        &self,
+        now: Timestamp,
+    ) -> Result<(
+        Vec<Workload>,
+        Vec<GpuPolicy>,
+        HashMap<String, BTreeMap<String, String>>,
+    )> {
+        let c = &self.client;
+        let pods = list_all(&Api::<k8s_openapi::api::core::v1::Pod>::all(c.clone()))
+            .await
+            .map_err(kube_err("listing pods"))?;
+        let gpu_pods: Vec<_> = pods
+            .iter()
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .filter_map(|v| inventory::pod_info(&v, &self.resources, now))
+            .collect();
+        let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
+        for (group, version, kind, plural) in [
+            ("apps", "v1", "ReplicaSet", "replicasets"),
+            ("apps", "v1", "Deployment", "deployments"),
+            ("apps", "v1", "StatefulSet", "statefulsets"),
+            ("batch", "v1", "Job", "jobs"),
+        ] {
+            let resource = kube::api::ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: format!("{group}/{version}"),
+                kind: kind.into(),
+                plural: plural.into(),
+            };
+            let api: Api<DynamicObject> = Api::all_with(c.clone(), &resource);
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let page = api
+                    .list_metadata(&params)
+                    .await
+                    .map_err(kube_err("listing workload owners"))?;
+                let next = page.metadata.continue_.clone().filter(|t| !t.is_empty());
+                for m in &page.items {
+                    if let Some(info) = meta_info(&resource.api_version, kind, m) {
+                        owners.insert(info.key(), info);
+                    }
+                }
+                match next {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+        }
+        let policies = list_all(&Api::<GpuPolicy>::all(c.clone()))
+            .await
+            .map_err(kube_err("listing GpuPolicies"))?;
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(kube_err("listing namespaces"))?
+            .items
+            .into_iter()
+            .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+            .collect();
+        Ok((inventory::resolve(gpu_pods, &owners), policies, namespaces))
+    }
+
+    async fn event(&self, root: &ObjectInfo, type_: EventType, reason: &str, note: String) {
+        let reference = ObjectReference {
+            api_version: Some(root.api_version.clone()),
+            kind: Some(root.kind.clone()),
+            name: Some(root.name.clone()),
+            namespace: Some(root.namespace.clone()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(workload = %root.key(), error = %e, "could not publish event");
+        }
+    }
+
+    /// One evaluation of every policy.
+    async fn cycle(&mut self, now: Timestamp) -> Result<()> {
+        let started = Instant::now();
+        let (workloads, policies, namespaces) = self.observe(now).await?;
+        tracing::info!(
+            workloads = workloads.len(),
+            gpus = workloads.iter().map(|w| w.gpus).sum::<f64>(),
+            policies = policies.len(),
+            %now,
+            "evaluating"
+        );
+        let all: Vec<&GpuPolicy> = policies.iter().collect();
+        for policy in &policies {
+            let name = policy.metadata.name.clone().unwrap_or_default();
+            let rules = Rules::from_spec(&policy.spec);
+            let horizon = rules.action_after.max(rules.warn_after)
+                + rules.window
+                + SignedDuration::from_mins(10);
+            let live = LiveSettings {
+                scrape_interval_seconds: self.scrape_interval,
+                horizon_seconds: horizon.as_secs(),
+                step_seconds: 60,
+                selector: String::new(),
+                workload_labels: self.selector_labels.clone(),
+            };
+            let observations = match self.source.observe(&rules, &live, now.as_second()).await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(policy = %name, error = %e, "telemetry failed: nothing this policy governs is judged this cycle");
+                    self.metrics
+                        .telemetry_errors
+                        .get_or_create(&PolicyLabels {
+                            policy: name.clone(),
+                        })
+                        .inc();
+                    self.write_status(policy, None, Some(e.to_string()), now)
+                        .await;
+                    continue;
+                }
+            };
+            let grouped = by_pod(&observations);
+            let plan = plan(
+                policy,
+                &all,
+                &workloads,
+                &namespaces,
+                &grouped,
+                &self.audit,
+                now,
+            );
+            let mut counts = WorkloadCounts {
+                governed: plan.planned.len() as u32,
+                gpus: plan.gpus.round() as u32,
+                ..WorkloadCounts::default()
+            };
+            for p in &plan.planned {
+                let w = &workloads[p.workload];
+                let d = &p.decision;
+                if d.verdict.classification.is_idle() {
+                    counts.idle += 1;
+                }
+                if w.root.annotations.contains_key(keys::REAPED_AT) {
+                    counts.reclaimed += 1;
+                }
+                tracing::info!(
+                    policy = %name,
+                    workload = %w.root.key(),
+                    gpus = w.gpus,
+                    observed_gpus = d.verdict.gpu_devices,
+                    classification = d.verdict.classification.as_str(),
+                    step = ?d.step,
+                    reason = %d.reason,
+                    "decision"
+                );
+                self.apply(policy, w, d, now).await;
+                if matches!(d.step, Step::Warn) || w.root.annotations.contains_key(keys::WARNED_AT)
+                {
+                    counts.warned += 1;
+                }
+            }
+            let labels = PolicyLabels {
+                policy: name.clone(),
+            };
+            self.metrics
+                .governed_gpus
+                .get_or_create(&labels)
+                .set(plan.gpus.round() as i64);
+            self.metrics
+                .idle_workloads
+                .get_or_create(&labels)
+                .set(counts.idle as i64);
+            self.write_status(policy, Some(counts), None, now).await;
+        }
+        self.metrics.cycle.observe(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    async fn apply(&mut self, policy: &GpuPolicy, w: &Workload, d: &Decision, now: Timestamp) {
+        let root = &w.root;
+        let key = root.key();
+        let audit = policy.spec.mode == PolicyMode::Audit;
+        let reason = d.reason.as_str();
+        match d.step {
+            Step::Nothing | Step::RateLimited(_) => {}
+            Step::Warn => {
+                let rules = Rules::from_spec(&policy.spec);
+                let idle_since = d.verdict.idle_since.unwrap_or(now);
+                let note = format!(
+                    "{} GPU(s) idle since {idle_since} ({}, {:.2} USD/h). {} will {:?} it from {} unless it is used again or snoozed: kubectl annotate {} {} -n {} {}=<RFC 3339 time>.",
+                    inventory_gpus(w),
+                    d.verdict.classification.as_str(),
+                    d.hourly_usd,
+                    if audit {
+                        "In Enforce mode gpu-reaper"
+                    } else {
+                        "gpu-reaper"
+                    },
+                    policy.spec.action.type_,
+                    idle_since + rules.action_after,
+                    root.kind.to_lowercase(),
+                    root.name,
+                    root.namespace,
+                    keys::SNOOZE_UNTIL
+                );
+                if audit {
+                    self.audit.warned_at.insert(key.clone(), now);
+                } else {
+                    let patch =
+                        json!({"metadata": {"annotations": {keys::WARNED_AT: now.to_string()}}});
+                    if let Err(e) = actions::api_for(&self.client, root)
+                        .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        tracing::warn!(workload = %key, error = %e, "could not record the warning; retried next cycle");
+                        return;
+                    }
+                }
+                self.event(root, EventType::Warning, "IdleGpus", note).await;
+            }
+            Step::WouldAct(action) => {
+                self.audit.would_act_at.insert(key.clone(), now);
+                self.metrics
+                    .actions
+                    .get_or_create(&ActionLabels {
+                        action: format!("{action:?}"),
+                        result: "would_act",
+                    })
+                    .inc();
+                self.event(
+                    root,
+                    EventType::Normal,
+                    "WouldReclaim",
+                    format!("Audit mode: would {action:?} now ({reason}); nothing was changed."),
+                )
+                .await;
+            }
+            Step::Act(action) => {
+                let result = actions::act(&self.client, action, root, &w.pods, now).await;
+                let (label, type_, reason_word, note) = match result {
+                    Ok(Outcome::Done(s)) => (
+                        "done",
+                        EventType::Normal,
+                        "Reclaimed",
+                        format!(
+                            "{s} ({reason}); restore with `gpu-reaper wake {}/{}/{}`",
+                            root.namespace, root.kind, root.name
+                        ),
+                    ),
+                    Ok(Outcome::AlreadyDone(s)) => {
+                        ("already_done", EventType::Normal, "Reclaimed", s)
+                    }
+                    Ok(Outcome::Refused(s)) => ("refused", EventType::Warning, "ReclaimRefused", s),
+                    Ok(Outcome::Unsupported(s)) => {
+                        ("unsupported", EventType::Warning, "ReclaimUnsupported", s)
+                    }
+                    Err(e) => ("failed", EventType::Warning, "ReclaimFailed", e.to_string()),
+                };
+                self.metrics
+                    .actions
+                    .get_or_create(&ActionLabels {
+                        action: format!("{action:?}"),
+                        result: label,
+                    })
+                    .inc();
+                tracing::info!(workload = %key, action = ?action, result = label, detail = %note, "action");
+                self.event(root, type_, reason_word, note).await;
+            }
+        }
+    }
+
+    async fn write_status(
+        &self,
+        policy: &GpuPolicy,
+        counts: Option<WorkloadCounts>,
+        telemetry_error: Option<String>,
+        now: Timestamp,
+    ) {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let mut status: GpuPolicyStatus = policy.status.clone().unwrap_or_default();
+        status.observed_generation = policy.metadata.generation;
+        if let Some(c) = counts {
+            status.workloads = c;
+        }
+        let degraded = telemetry_error.is_some();
+        set_condition(
+            &mut status.conditions,
+            condition(
+                "Degraded",
+                degraded,
+                if degraded {
+                    "TelemetryUnavailable"
+                } else {
+                    "AsExpected"
+                },
+                telemetry_error
+                    .clone()
+                    .unwrap_or_else(|| "telemetry and permissions are in place".into()),
+            ),
+            now,
+        );
+        set_condition(
+            &mut status.conditions,
+            condition(
+                "Ready",
+                !degraded,
+                if degraded {
+                    "TelemetryUnavailable"
+                } else {
+                    "Evaluated"
+                },
+                format!("last evaluation at {now}"),
+            ),
+            now,
+        );
+        let patch = json!({
+            "apiVersion": "gpureaper.io/v1alpha1",
+            "kind": "GpuPolicy",
+            "metadata": {"name": name},
+            "status": status,
+        });
+        let api: Api<GpuPolicy> = Api::all(self.client.clone());
+        if let Err(e) = api
+            .patch_status(
+                &name,
+                &PatchParams::apply("gpu-reaper").force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(policy = %name, error = %e, "could not write policy status");
+        }
+    }
+}
+
+fn inventory_gpus(w: &Workload) -> String {
+    crate::admission::message::gpu_count(w.gpus)
+}
+
+async fn serve_probes(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+) {
+    #[derive(Clone)]
+    struct S(Arc<Metrics>, Arc<AtomicBool>);
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(S(_, r)): State<S>| async move {
+                if r.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not evaluated yet")
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(S(m, _)): State<S>| async move { m.encode().into_response() }),
+        )
+        .with_state(S(metrics, ready));
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "probe server stopped");
+    }
+}
+
+/// Runs the controller until SIGTERM (or one cycle with `--once`).
+pub fn run(args: &ControllerArgs) -> Result<()> {
+    let interval = parse_duration("interval", &args.interval)?.unsigned_abs();
+    let scrape = parse_duration("scrape-interval", &args.scrape_interval)?
+        .as_secs()
+        .max(1);
+    let lease_duration = parse_duration("lease-duration", &args.lease_duration)?;
+    let fixed_now = match &args.now {
+        Some(t) => Some(t.parse::<Timestamp>().map_err(|e| Error::InvalidArgument {
+            flag: "now",
+            message: format!("{t:?}: {e}"),
+        })?),
+        None => None,
+    };
+    let settings = crate::admission::webhook::settings(&args.gpus)?;
+    let source = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("gpu-reaper-{}", std::process::id()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: "tokio runtime".into(),
+            source,
+        })?;
+    runtime.block_on(async move {
+        let mut config = kube::Config::infer().await.map_err(|e| {
+            Error::Controller(format!(
+                "no Kubernetes configuration (KUBECONFIG or in-cluster): {e}"
+            ))
+        })?;
+        // A PodDisruptionBudget's 429 must come back at once (retried next cycle), not be
+        // retried for minutes inside one eviction.
+        config.default_retry = false;
+        let client =
+            Client::try_from(config).map_err(kube_err("building the Kubernetes client"))?;
+        let metrics = Arc::new(Metrics::new());
+        let ready = Arc::new(AtomicBool::new(false));
+        if !args.once {
+            let listener = tokio::net::TcpListener::bind(&args.listen)
+                .await
+                .map_err(|e| Error::InvalidArgument {
+                    flag: "listen",
+                    message: format!("{}: {e}", args.listen),
+                })?;
+            tokio::spawn(serve_probes(listener, metrics.clone(), ready.clone()));
+        }
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "gpu-reaper".into(),
+                instance: Some(identity.clone()),
+            },
+        );
+        let mut controller = Controller {
+            client: client.clone(),
+            recorder,
+            source,
+            scrape_interval: scrape,
+            selector_labels: workload_labels(&args.prometheus),
+            resources: settings.resources,
+            audit: AuditMemory::default(),
+            metrics: metrics.clone(),
+        };
+        let elector = Elector::new(
+            client,
+            &args.lease_namespace,
+            &args.lease_name,
+            &identity,
+            lease_duration,
+        );
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let leading = match elector.try_lead().await {
+                Ok(l) => l,
+                Err(e) if args.once => {
+                    return Err(Error::Kube {
+                        action: format!(
+                            "taking the Lease {}/{}",
+                            args.lease_namespace, args.lease_name
+                        ),
+                        source: e,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election failed; not acting this cycle");
+                    false
+                }
+            };
+            controller.metrics.leader.set(i64::from(leading));
+            if leading {
+                let now = fixed_now.unwrap_or_else(Timestamp::now);
+                match controller.cycle(now).await {
+                    Ok(()) => ready.store(true, Ordering::Relaxed),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "evaluation failed");
+                        if args.once {
+                            return Err(e);
+                        }
+                    }
+                }
+            } else {
+                // Standbys are ready: they serve metrics and take over when the Lease expires.
+                ready.store(true, Ordering::Relaxed);
+            }
+            if args.once {
+                return if leading {
+                    Ok(())
+                } else {
+                    Err(Error::Controller(format!(
+                        "not the leader: Lease {}/{} is held by another replica",
+                        args.lease_namespace, args.lease_name
+                    )))
+                };
+            }
+        }
+    })
+}

@@ -1,0 +1,367 @@
+//! The controller end to end: kube-sim for the API server, the real Prometheus (Debian
+//! package) backfilled with DCGM-shaped history, kubectl to apply the policy, and the
+//! `gpu-reaper controller --once --now …` binary run at chosen instants (a controllable
+//! clock: no test waits for an idle hour to pass).
+
+mod common;
+
+use std::fmt::Write as _;
+use std::process::Stdio;
+
+use common::{Prometheus, prometheus_with};
+use kube_sim::KubeSim;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
+const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
+/// Start of the recorded history: ten minutes from now, on a whole minute. kube-sim
+/// stamps objects with the wall clock when they are created, so the history is laid
+/// out after that (backfilled into Prometheus ahead of time) and the controller is run
+/// `--now` at instants inside it.
+fn t0() -> i64 {
+    static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *T0.get_or_init(|| jiff::Timestamp::now().as_second() / 60 * 60 + 600)
+}
+
+fn at(minutes: i64) -> String {
+    jiff::Timestamp::from_second(t0() + minutes * 60)
+        .unwrap()
+        .to_string()
+}
+
+/// Four hours at one-minute samples:
+/// - `ml/chat-7f9c-a` (Deployment chat, 1 GPU): busy for the first hour, then idle;
+/// - `ml/train-0` (Job train, 8 GPUs): GPU 0 busy throughout, GPUs 1–7 idle — busy;
+/// - `ml/gappy-5d-a` (Deployment gappy, 1 GPU): busy, then the exporter goes silent.
+fn history() -> Vec<u8> {
+    let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
+    let mut series = |gpu: &str, pod: &str, value: &dyn Fn(i64) -> Option<f64>| {
+        for m in 0..=240 {
+            if let Some(v) = value(m) {
+                let _ = writeln!(
+                    s,
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{gpu}\",UUID=\"GPU-{pod}-{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"n1\",namespace=\"ml\",pod=\"{pod}\",container=\"main\"}} {v} {}",
+                    t0() + m * 60
+                );
+            }
+        }
+    };
+    series("0", "chat-7f9c-a", &|m| {
+        Some(if m < 60 { 0.8 } else { 0.0 })
+    });
+    for g in 0..8 {
+        series(&g.to_string(), "train-0", &move |_| {
+            Some(if g == 0 { 0.9 } else { 0.0 })
+        });
+    }
+    series("0", "gappy-5d-a", &|m| (m < 60).then_some(0.7));
+    s.push_str("# EOF\n");
+    s.into_bytes()
+}
+
+fn deployment(name: &str, rs: &str, pod: &str) -> Vec<Value> {
+    let created = at(-10);
+    vec![
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "namespace": "ml", "creationTimestamp": created, "labels": {"app": name}},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+               "metadata": {"name": rs, "namespace": "ml", "creationTimestamp": created,
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": "u-d", "controller": true}]},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0"}]}}}}),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod, "namespace": "ml", "creationTimestamp": created, "labels": {"app": name},
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": "u-rs", "controller": true}]},
+               "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+               "status": {"phase": "Running", "startTime": created}}),
+    ]
+}
+
+fn job() -> Vec<Value> {
+    let created = at(-10);
+    vec![
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "train", "namespace": "ml", "creationTimestamp": created},
+               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "train-0", "namespace": "ml", "creationTimestamp": created,
+                            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-j", "controller": true}]},
+               "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+               "status": {"phase": "Running", "startTime": created}}),
+    ]
+}
+
+fn policy(mode: &str) -> String {
+    format!(
+        r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata: {{name: inference}}
+spec:
+  mode: {mode}
+  idle: {{window: 30m, startupGrace: 20m, minCoverage: 0.8}}
+  warn: {{after: 30m}}
+  action: {{type: ScaleToZero, after: 60m, maxPerHour: 20}}
+"#
+    )
+}
+
+struct Setup {
+    sim: KubeSim,
+    prometheus: Prometheus,
+}
+
+async fn setup(test: &str, mode: &str) -> Setup {
+    let prometheus = prometheus_with(&format!("controller-{test}"), &history());
+    let sim = KubeSim::start().await.unwrap();
+    for ns in ["ml", "gpu-reaper"] {
+        sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .unwrap();
+    }
+    for object in deployment("chat", "chat-7f9c", "chat-7f9c-a")
+        .into_iter()
+        .chain(deployment("gappy", "gappy-5d", "gappy-5d-a"))
+        .chain(job())
+    {
+        sim.seed(object).unwrap();
+    }
+    kubectl(&sim, &["apply", "-f", CRDS], None).await;
+    kubectl(&sim, &["apply", "-f", "-"], Some(&policy(mode))).await;
+    Setup { sim, prometheus }
+}
+
+async fn kubectl(sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(sim.kubeconfig_path())
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed (bash .ci/run installs it)");
+    if let Some(input) = stdin {
+        use tokio::io::AsyncWriteExt;
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).await.unwrap();
+    }
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// One evaluation as of `minutes` after T0; (success, stderr).
+async fn cycle(s: &Setup, minutes: i64, identity: &str) -> (bool, String) {
+    let out = tokio::process::Command::new(BIN)
+        .args(["controller", "--once", "--now", &at(minutes)])
+        .args([
+            "--prometheus-url",
+            &s.prometheus.url,
+            "--scrape-interval",
+            "1m",
+        ])
+        .args(["--identity", identity, "--lease-duration", "15s"])
+        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .env("RUST_LOG", "info")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn deployment_of(s: &Setup, name: &str) -> Value {
+    s.sim.get("apps", "deployments", "ml", name).unwrap()
+}
+
+/// Events about `name`, as (reason, note).
+fn events_for(s: &Setup, name: &str) -> Vec<(String, String)> {
+    // kube-sim serves events.k8s.io/v1 and core v1 Events from one store, listed in the
+    // core form (involvedObject, message).
+    s.sim
+        .list("", "events", Some("ml"))
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or("").to_string(),
+                e["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_back() {
+    let s = setup("scale", "Enforce").await;
+    // 10 minutes idle: nothing yet.
+    let (ok, log) = cycle(&s, 70, "a").await;
+    assert!(ok, "{log}");
+    assert!(
+        deployment_of(&s, "chat")["metadata"]["annotations"]
+            .get("gpureaper.io/warned-at")
+            .is_none()
+    );
+    // 35 minutes idle: warned (annotation and Event), not acted on.
+    let (ok, log) = cycle(&s, 95, "a").await;
+    assert!(ok, "{log}");
+    let d = deployment_of(&s, "chat");
+    assert_eq!(
+        d["metadata"]["annotations"]["gpureaper.io/warned-at"],
+        at(95),
+        "{log}"
+    );
+    assert_eq!(d["spec"]["replicas"], 1);
+    let events = events_for(&s, "chat");
+    assert!(
+        events.iter().any(|(r, n)| r == "IdleGpus"
+            && n.starts_with("1 GPU(s) idle since ")
+            && n.contains("kubectl annotate deployment chat -n ml gpureaper.io/snooze-until=")),
+        "{events:?}"
+    );
+    // 65 minutes idle, 30 after the warning: scaled to 0 with the restore record.
+    let (ok, log) = cycle(&s, 125, "a").await;
+    assert!(ok, "{log}");
+    let d = deployment_of(&s, "chat");
+    assert_eq!(d["spec"]["replicas"], 0, "{log}");
+    let restore: Value = serde_json::from_str(
+        d["metadata"]["annotations"]["gpureaper.io/restore"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(restore, json!({"replicas": 1, "state": "done"}));
+    let events = events_for(&s, "chat");
+    assert!(
+        events.iter().any(|(r, n)| r == "Reclaimed"
+            && n.contains("scaled ml/Deployment/chat from 1 replicas to 0")
+            && n.contains("gpu-reaper wake ml/Deployment/chat")),
+        "{events:?}"
+    );
+
+    // The 8-GPU job with one busy GPU is left alone; the gap is never idleness.
+    assert!(
+        events_for(&s, "train").is_empty(),
+        "{:?}",
+        events_for(&s, "train")
+    );
+    assert_eq!(deployment_of(&s, "gappy")["spec"]["replicas"], 1);
+    assert!(
+        deployment_of(&s, "gappy")["metadata"]["annotations"]
+            .get("gpureaper.io/warned-at")
+            .is_none()
+    );
+
+    // Status: governed workloads, one idle and reclaimed, Ready.
+    let status = s
+        .sim
+        .get("gpureaper.io", "gpupolicies", "", "inference")
+        .unwrap()["status"]
+        .clone();
+    assert_eq!(status["workloads"]["governed"], 3, "{status}");
+    assert_eq!(status["workloads"]["gpus"], 10, "{status}");
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["status"], "True");
+
+    // Wake restores the replicas and restarts the ladder.
+    let out = tokio::process::Command::new(BIN)
+        .args(["wake", "ml/Deployment/chat"])
+        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_mode_changes_nothing_and_reports_what_it_would_do() {
+    let s = setup("audit", "Audit").await;
+    let before = deployment_of(&s, "chat");
+    for minute in [95, 125] {
+        let (ok, log) = cycle(&s, minute, "a").await;
+        assert!(ok, "{log}");
+    }
+    let after = deployment_of(&s, "chat");
+    assert_eq!(
+        after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+        "Audit wrote on the workload"
+    );
+    assert_eq!(after["spec"]["replicas"], 1);
+    let events = events_for(&s, "chat");
+    assert!(events.iter().any(|(r, _)| r == "IdleGpus"), "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_acts() {
+    let s = setup("lease", "Enforce").await;
+    let (ok, log) = cycle(&s, 95, "replica-a").await;
+    assert!(ok, "{log}");
+    // A second replica within the lease duration is a standby: it does not evaluate.
+    let (ok, log) = cycle(&s, 125, "replica-b").await;
+    assert!(!ok);
+    assert!(
+        log.contains(
+            "not the leader: Lease gpu-reaper/gpu-reaper-controller is held by another replica"
+        ),
+        "{log}"
+    );
+    assert_eq!(
+        deployment_of(&s, "chat")["spec"]["replicas"],
+        1,
+        "the standby acted"
+    );
+    let lease = s
+        .sim
+        .get(
+            "coordination.k8s.io",
+            "leases",
+            "gpu-reaper",
+            "gpu-reaper-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_down_marks_the_policy_degraded_and_acts_on_nothing() {
+    let mut s = setup("down", "Enforce").await;
+    s.prometheus.url = "http://127.0.0.1:9".into();
+    let (ok, log) = cycle(&s, 125, "a").await;
+    assert!(ok, "{log}");
+    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 1);
+    let status = s
+        .sim
+        .get("gpureaper.io", "gpupolicies", "", "inference")
+        .unwrap()["status"]
+        .clone();
+    let degraded = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "TelemetryUnavailable");
+}
