@@ -162,6 +162,10 @@ async fn kubectl(sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> String {
 
 /// One evaluation as of `minutes` after T0; (success, stderr).
 async fn cycle(s: &Setup, minutes: i64, identity: &str) -> (bool, String) {
+    cycle_with_lease(s, minutes, identity, "15s").await
+}
+
+async fn cycle_with_lease(s: &Setup, minutes: i64, identity: &str, lease: &str) -> (bool, String) {
     let out = tokio::process::Command::new(BIN)
         .args(["controller", "--once", "--now", &at(minutes)])
         .args([
@@ -170,7 +174,7 @@ async fn cycle(s: &Setup, minutes: i64, identity: &str) -> (bool, String) {
             "--scrape-interval",
             "1m",
         ])
-        .args(["--identity", identity, "--lease-duration", "15s"])
+        .args(["--identity", identity, "--lease-duration", lease])
         .env("KUBECONFIG", s.sim.kubeconfig_path())
         .env("RUST_LOG", "info")
         .output()
@@ -364,4 +368,152 @@ async fn prometheus_down_marks_the_policy_degraded_and_acts_on_nothing() {
         .unwrap();
     assert_eq!(degraded["status"], "True", "{status}");
     assert_eq!(degraded["reason"], "TelemetryUnavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_once_the_leader_stops_renewing() {
+    let s = setup("handover", "Enforce").await;
+    let (ok, log) = cycle_with_lease(&s, 95, "replica-a", "1s").await;
+    assert!(ok, "{log}");
+    // replica-a is gone; its 1 s Lease runs out.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let (ok, log) = cycle_with_lease(&s, 125, "replica-b", "1s").await;
+    assert!(ok, "{log}");
+    let lease = s
+        .sim
+        .get(
+            "coordination.k8s.io",
+            "leases",
+            "gpu-reaper",
+            "gpu-reaper-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-b");
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+    // The new leader carries on from the annotations: the warning replica-a wrote counts.
+    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 0, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_next_cycle() {
+    let s = setup("resume", "Enforce").await;
+    // What a run killed between its two writes leaves behind.
+    kubectl(
+        &s.sim,
+        &[
+            "annotate",
+            "deployment",
+            "chat",
+            "-n",
+            "ml",
+            r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
+            "gpureaper.io/reaped-action=ScaleToZero",
+            &format!("gpureaper.io/reaped-at={}", at(124)),
+        ],
+        None,
+    )
+    .await;
+    let (ok, log) = cycle(&s, 126, "a").await;
+    assert!(ok, "{log}");
+    let d = deployment_of(&s, "chat");
+    assert_eq!(d["spec"]["replicas"], 0, "{log}");
+    let restore: Value = serde_json::from_str(
+        d["metadata"]["annotations"]["gpureaper.io/restore"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        restore,
+        json!({"replicas": 1, "state": "done"}),
+        "the restore record survived"
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["gpureaper.io/reaped-at"],
+        at(124),
+        "one action, not two"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wake_annotation_restores_and_an_owner_scaling_back_by_hand_restarts_the_ladder() {
+    let s = setup("wake", "Enforce").await;
+    for minute in [95, 125] {
+        let (ok, log) = cycle(&s, minute, "a").await;
+        assert!(ok, "{log}");
+    }
+    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 0);
+    kubectl(
+        &s.sim,
+        &[
+            "annotate",
+            "deployment",
+            "chat",
+            "-n",
+            "ml",
+            "gpureaper.io/wake=true",
+        ],
+        None,
+    )
+    .await;
+    let (ok, log) = cycle(&s, 126, "a").await;
+    assert!(ok, "{log}");
+    let d = deployment_of(&s, "chat");
+    assert_eq!(d["spec"]["replicas"], 1, "{log}");
+    let annotations = d["metadata"]["annotations"].as_object().unwrap();
+    assert!(
+        !annotations.contains_key("gpureaper.io/wake"),
+        "{annotations:?}"
+    );
+    assert!(
+        !annotations.contains_key("gpureaper.io/restore"),
+        "{annotations:?}"
+    );
+    assert!(
+        annotations.contains_key("gpureaper.io/woken-at"),
+        "{annotations:?}"
+    );
+    assert!(
+        events_for(&s, "chat")
+            .iter()
+            .any(|(r, n)| r == "Woken" && n == "scaled ml/Deployment/chat back to 1 replicas")
+    );
+    assert!(
+        !events_for(&s, "chat")
+            .iter()
+            .any(|(r, _)| r == "RestoredByOwner"),
+        "a wake is not an owner's scale-up"
+    );
+
+    // gappy was reclaimed earlier (record done) and its owner scaled it back by hand.
+    kubectl(
+        &s.sim,
+        &[
+            "annotate",
+            "deployment",
+            "gappy",
+            "-n",
+            "ml",
+            r#"gpureaper.io/restore={"replicas":1,"state":"done"}"#,
+            "gpureaper.io/reaped-action=ScaleToZero",
+            &format!("gpureaper.io/reaped-at={}", at(20)),
+        ],
+        None,
+    )
+    .await;
+    let (ok, log) = cycle(&s, 127, "a").await;
+    assert!(ok, "{log}");
+    let g = deployment_of(&s, "gappy");
+    let annotations = g["metadata"]["annotations"].as_object().unwrap();
+    assert!(
+        !annotations.contains_key("gpureaper.io/reaped-at"),
+        "{annotations:?}"
+    );
+    assert!(
+        events_for(&s, "gappy")
+            .iter()
+            .any(|(r, _)| r == "RestoredByOwner"),
+        "{:?}",
+        events_for(&s, "gappy")
+    );
 }

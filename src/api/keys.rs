@@ -17,6 +17,9 @@ pub const REAPED_AT: &str = "gpureaper.io/reaped-at";
 pub const REAPED_ACTION: &str = "gpureaper.io/reaped-action";
 /// Annotation (controller): JSON with what restoring needs, written before or with the action.
 pub const RESTORE: &str = "gpureaper.io/restore";
+/// Annotation (user-set): `"true"` asks the controller to restore a reclaimed workload,
+/// as `gpu-reaper wake` does; the controller removes it when done.
+pub const WAKE: &str = "gpureaper.io/wake";
 
 /// The name kube-state-metrics gives a label or annotation key in `kube_pod_labels` /
 /// `kube_pod_annotations` (`gpureaper.io/exempt` → `gpureaper_io_exempt`).

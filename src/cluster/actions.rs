@@ -282,6 +282,40 @@ pub async fn evict(
     Ok(Outcome::Done(format!("evicted {evicted} pods of {key}")))
 }
 
+/// The annotation patch that forgets a reclaim and restarts the idle ladder with a fresh
+/// startup grace (and consumes a `gpureaper.io/wake` request).
+fn restart_ladder_patch(now: Timestamp) -> serde_json::Value {
+    annotate(&[
+        (keys::RESTORE, None),
+        (keys::REAPED_AT, None),
+        (keys::REAPED_ACTION, None),
+        (keys::WARNED_AT, None),
+        (keys::WAKE, None),
+        (WOKEN_AT, Some(now.to_string())),
+    ])
+}
+
+/// The owner brought a reclaimed workload back by hand: forget the reclaim and restart
+/// its ladder, without touching its replicas.
+pub async fn forget(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    api_for(client, root)
+        .patch(
+            &root.name,
+            &PatchParams::default(),
+            &Patch::Merge(&restart_ladder_patch(now)),
+        )
+        .await
+        .map_err(err(format!("clearing the reclaim annotations of {key}")))?;
+    Ok(Outcome::Done(format!(
+        "{key} was scaled back up by its owner; its idle ladder starts again"
+    )))
+}
+
 /// Puts the workload back as the restore record says and restarts its ladder with a
 /// fresh startup grace.
 pub async fn wake(
@@ -293,13 +327,7 @@ pub async fn wake(
     let api = api_for(client, root);
     let pp = PatchParams::default();
     let record = RestoreRecord::parse(&root.annotations);
-    let clear = annotate(&[
-        (keys::RESTORE, None),
-        (keys::REAPED_AT, None),
-        (keys::REAPED_ACTION, None),
-        (keys::WARNED_AT, None),
-        (WOKEN_AT, Some(now.to_string())),
-    ]);
+    let clear = restart_ladder_patch(now);
     let what = match &record {
         Some(RestoreRecord {
             replicas: Some(n), ..

@@ -123,6 +123,14 @@ impl Metrics {
     }
 }
 
+/// What one observation of the cluster found.
+struct Observed {
+    workloads: Vec<Workload>,
+    owners: HashMap<ObjectKey, ObjectInfo>,
+    policies: Vec<GpuPolicy>,
+    namespaces: HashMap<String, BTreeMap<String, String>>,
+}
+
 struct Controller {
     client: Client,
     recorder: Recorder,
@@ -171,14 +179,7 @@ fn meta_info(
 
 impl Controller {
     /// Observe: GPU pods resolved to root workloads, policies, namespace labels.
-    async fn observe(
-        &self,
-        now: Timestamp,
-    ) -> Result<(
-        Vec<Workload>,
-        Vec<GpuPolicy>,
-        HashMap<String, BTreeMap<String, String>>,
-    )> {
+    async fn observe(&self, now: Timestamp) -> Result<Observed> {
         let c = &self.client;
         let pods = list_all(&Api::<k8s_openapi::api::core::v1::Pod>::all(c.clone()))
             .await
@@ -232,7 +233,12 @@ impl Controller {
             .into_iter()
             .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
             .collect();
-        Ok((inventory::resolve(gpu_pods, &owners), policies, namespaces))
+        Ok(Observed {
+            workloads: inventory::resolve(gpu_pods, &owners),
+            owners,
+            policies,
+            namespaces,
+        })
     }
 
     async fn event(&self, root: &ObjectInfo, type_: EventType, reason: &str, note: String) {
@@ -258,7 +264,13 @@ impl Controller {
     /// One evaluation of every policy.
     async fn cycle(&mut self, now: Timestamp) -> Result<()> {
         let started = Instant::now();
-        let (workloads, policies, namespaces) = self.observe(now).await?;
+        let Observed {
+            workloads,
+            owners,
+            policies,
+            namespaces,
+        } = self.observe(now).await?;
+        self.housekeeping(&owners, &workloads, now).await;
         tracing::info!(
             workloads = workloads.len(),
             gpus = workloads.iter().map(|w| w.gpus).sum::<f64>(),
@@ -350,6 +362,76 @@ impl Controller {
         }
         self.metrics.cycle.observe(started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// What is due whatever the telemetry says: `gpureaper.io/wake=true` requests, actions
+    /// a previous run started and did not finish (restore record `pending`), and reclaimed
+    /// workloads their owner scaled back up by hand (their ladder restarts).
+    async fn housekeeping(
+        &self,
+        owners: &HashMap<ObjectKey, ObjectInfo>,
+        workloads: &[Workload],
+        now: Timestamp,
+    ) {
+        let mut sorted: Vec<&ObjectInfo> = owners.values().collect();
+        sorted.sort_by_key(|o| o.key());
+        let mut handled = std::collections::HashSet::new();
+        for root in sorted {
+            if root.deleting {
+                continue;
+            }
+            let (reason, result) =
+                if root.annotations.get(keys::WAKE).map(String::as_str) == Some("true") {
+                    ("Woken", actions::wake(&self.client, root, now).await)
+                } else if actions::RestoreRecord::parse(&root.annotations)
+                    .is_some_and(|r| r.state == "pending")
+                {
+                    (
+                        "Reclaimed",
+                        actions::scale_to_zero(&self.client, root, now).await,
+                    )
+                } else {
+                    continue;
+                };
+            handled.insert(root.key());
+            self.report(root, reason, result).await;
+        }
+        for w in workloads {
+            if handled.contains(&w.root.key()) {
+                continue;
+            }
+            let record = actions::RestoreRecord::parse(&w.root.annotations);
+            let scaled_back = record.is_some_and(|r| r.state == "done" && r.replicas.is_some())
+                && w.pods.iter().any(|p| !p.meta.deleting);
+            if !scaled_back || w.root.deleting {
+                continue;
+            }
+            // Pods can outlive the scale to 0 for a moment: the replica count decides.
+            let replicas = actions::api_for(&self.client, &w.root)
+                .get_scale(&w.root.name)
+                .await
+                .ok()
+                .and_then(|s| s.spec?.replicas);
+            if replicas.is_some_and(|r| r > 0) {
+                let result = actions::forget(&self.client, &w.root, now).await;
+                self.report(&w.root, "RestoredByOwner", result).await;
+            }
+        }
+    }
+
+    async fn report(
+        &self,
+        root: &ObjectInfo,
+        reason: &str,
+        result: std::result::Result<Outcome, actions::ActionError>,
+    ) {
+        let (type_, note) = match result {
+            Ok(Outcome::Done(s) | Outcome::AlreadyDone(s)) => (EventType::Normal, s),
+            Ok(Outcome::Refused(s) | Outcome::Unsupported(s)) => (EventType::Warning, s),
+            Err(e) => (EventType::Warning, e.to_string()),
+        };
+        tracing::info!(workload = %root.key(), reason, detail = %note, "housekeeping");
+        self.event(root, type_, reason, note).await;
     }
 
     async fn apply(&mut self, policy: &GpuPolicy, w: &Workload, d: &Decision, now: Timestamp) {
