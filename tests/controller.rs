@@ -283,6 +283,12 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
         .find(|c| c["type"] == "Ready")
         .unwrap();
     assert_eq!(ready["status"], "True");
+    // Spend for the budget gate: 25 USD/h of governed GPUs (10 × the default 2.5) billed
+    // for at most 2 × --interval (2 min) per evaluation, twice after the first: 5/3 USD.
+    assert_eq!(status["namespaceSpend"][0]["namespace"], "ml", "{status}");
+    let spent = status["namespaceSpend"][0]["spentUsd"].as_f64().unwrap();
+    assert!((spent - 25.0 * 4.0 / 60.0).abs() < 1e-6, "{status}");
+    assert_eq!(status["lastEvaluationTime"], at(125));
 
     // Wake restores the replicas and restarts the ladder.
     let out = tokio::process::Command::new(BIN)

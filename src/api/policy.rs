@@ -343,6 +343,9 @@ pub struct GpuPolicyStatus {
     /// Dollars those reclaimed GPU-hours would have cost.
     #[serde(default)]
     pub estimated_savings_usd: f64,
+    /// When the controller last evaluated this policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evaluation_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// GPU spend of each governed namespace this month, computed by the controller from
     /// telemetry and read by the budget gate against `spec.admission.monthlyBudgetUsd`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::api::policy::{self, PolicyMode};
+use crate::api::policy::{self, NamespaceSpend, PolicyMode};
 use crate::api::{GpuPolicy, keys};
 use crate::cluster::actions::WOKEN_AT;
 use crate::cluster::inventory::{ObjectKey, Workload};
@@ -143,6 +143,44 @@ pub fn plan(
     out
 }
 
+/// This month's GPU spend per namespace after one more evaluation: the previous figures
+/// (a figure for another month starts again from zero) plus what each namespace's
+/// governed GPUs cost per hour (`hourly_by_namespace`) over the time since the last
+/// evaluation, at most `max_gap` (a controller that was down does not bill its downtime)
+/// and never across the month boundary.
+pub fn accrue_spend(
+    previous: &[NamespaceSpend],
+    last: Option<Timestamp>,
+    now: Timestamp,
+    hourly_by_namespace: &BTreeMap<String, f64>,
+    max_gap: SignedDuration,
+) -> Vec<NamespaceSpend> {
+    let month = crate::admission::decide::month_of(now);
+    let month_start: Timestamp = format!("{month}-01T00:00:00Z").parse().unwrap_or(now);
+    let elapsed = last.map_or(SignedDuration::ZERO, |last| {
+        now.duration_since(last.max(month_start))
+            .clamp(SignedDuration::ZERO, max_gap.max(SignedDuration::ZERO))
+    });
+    let hours = elapsed.as_secs_f64() / 3600.0;
+    let mut spend: BTreeMap<String, f64> = previous
+        .iter()
+        .filter(|s| s.month == month)
+        .map(|s| (s.namespace.clone(), s.spent_usd))
+        .collect();
+    for (namespace, hourly) in hourly_by_namespace {
+        *spend.entry(namespace.clone()).or_default() += hourly * hours;
+    }
+    spend
+        .into_iter()
+        .map(|(namespace, spent_usd)| NamespaceSpend {
+            namespace,
+            month: month.clone(),
+            // Not rounded: rounding every minute would drift by dollars over a month.
+            spent_usd,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +312,59 @@ mod tests {
             now(),
         );
         assert!(plan.planned.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod spend_tests {
+    use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn spend_accrues_per_namespace_and_starts_again_each_month() {
+        let hourly = BTreeMap::from([("team-a".to_string(), 8.0), ("team-b".to_string(), 2.5)]);
+        let gap = SignedDuration::from_mins(5);
+        let first = accrue_spend(&[], None, t("2026-11-29T12:00:00Z"), &hourly, gap);
+        assert_eq!(
+            first.iter().map(|s| s.spent_usd).sum::<f64>(),
+            0.0,
+            "no interval yet"
+        );
+        let second = accrue_spend(
+            &first,
+            Some(t("2026-11-29T12:00:00Z")),
+            t("2026-11-29T12:01:00Z"),
+            &hourly,
+            gap,
+        );
+        assert_eq!(second[0].namespace, "team-a");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(second[0].spent_usd, 8.0 / 60.0), "{second:?}"); // 8 USD/h × 1 min
+        assert_eq!(second[0].month, "2026-11");
+        // A controller down for a day bills at most `max_gap`.
+        let after_outage = accrue_spend(
+            &second,
+            Some(t("2026-11-29T12:01:00Z")),
+            t("2026-11-30T12:01:00Z"),
+            &hourly,
+            gap,
+        );
+        assert!(
+            close(after_outage[0].spent_usd, 8.0 / 60.0 + 8.0 * 5.0 / 60.0),
+            "{after_outage:?}"
+        );
+        // December starts from zero and does not bill November's minutes.
+        let december = accrue_spend(
+            &after_outage,
+            Some(t("2026-11-30T23:59:00Z")),
+            t("2026-12-01T00:01:00Z"),
+            &hourly,
+            gap,
+        );
+        assert_eq!(december[0].month, "2026-12");
+        assert!(close(december[0].spent_usd, 8.0 / 60.0), "{december:?}"); // the 1 min after midnight
     }
 }

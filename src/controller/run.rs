@@ -140,6 +140,8 @@ struct Controller {
     resources: GpuResources,
     audit: AuditMemory,
     metrics: Arc<Metrics>,
+    /// Longest interval billed to namespaces in one evaluation (twice `--interval`).
+    max_billing_gap: SignedDuration,
 }
 
 /// Lists every object of `api` in pages of 500.
@@ -358,7 +360,14 @@ impl Controller {
                 .idle_workloads
                 .get_or_create(&labels)
                 .set(counts.idle as i64);
-            self.write_status(policy, Some(counts), None, now).await;
+            let mut hourly: BTreeMap<String, f64> = BTreeMap::new();
+            for p in &plan.planned {
+                *hourly
+                    .entry(workloads[p.workload].root.namespace.clone())
+                    .or_default() += p.decision.hourly_usd;
+            }
+            self.write_status(policy, Some((counts, hourly)), None, now)
+                .await;
         }
         self.metrics.cycle.observe(started.elapsed().as_secs_f64());
         Ok(())
@@ -530,15 +539,25 @@ impl Controller {
     async fn write_status(
         &self,
         policy: &GpuPolicy,
-        counts: Option<WorkloadCounts>,
+        evaluated: Option<(WorkloadCounts, BTreeMap<String, f64>)>,
         telemetry_error: Option<String>,
         now: Timestamp,
     ) {
         let name = policy.metadata.name.clone().unwrap_or_default();
         let mut status: GpuPolicyStatus = policy.status.clone().unwrap_or_default();
         status.observed_generation = policy.metadata.generation;
-        if let Some(c) = counts {
-            status.workloads = c;
+        if let Some((counts, hourly)) = evaluated {
+            status.workloads = counts;
+            let last = status.last_evaluation_time.as_ref().map(|t| t.0);
+            status.namespace_spend = super::plan::accrue_spend(
+                &status.namespace_spend,
+                last,
+                now,
+                &hourly,
+                self.max_billing_gap,
+            );
+            status.last_evaluation_time =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
         }
         let degraded = telemetry_error.is_some();
         set_condition(
@@ -689,6 +708,8 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             resources: settings.resources,
             audit: AuditMemory::default(),
             metrics: metrics.clone(),
+            max_billing_gap: SignedDuration::try_from(interval * 2)
+                .unwrap_or(SignedDuration::from_mins(2)),
         };
         let elector = Elector::new(
             client,
