@@ -70,6 +70,7 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
         RestoreRecord {
             replicas: Some(3),
             suspend: None,
+            annotation: None,
             state: "done".into()
         }
     );
@@ -152,6 +153,7 @@ async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_w
         RestoreRecord {
             replicas: Some(4),
             suspend: None,
+            annotation: None,
             state: "done".into()
         }
     );
@@ -211,7 +213,7 @@ async fn suspend_on_a_deployment_is_refused_with_the_alternative() {
     let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
         .await
         .unwrap();
-    assert_eq!(outcome, Outcome::Unsupported("ml/Deployment/chat: Suspend works on Job, JobSet, RayJob and RayCluster; use ScaleToZero or Evict for a Deployment".into()));
+    assert_eq!(outcome, Outcome::Unsupported("ml/Deployment/chat: Suspend works on Job, JobSet, RayJob, RayCluster and Kubeflow training jobs; use ScaleToZero or Evict for a Deployment".into()));
     assert_eq!(
         stored(&sim, "apps", "deployments", "chat")["spec"]["replicas"],
         1
@@ -283,4 +285,120 @@ async fn eviction_refused_by_a_disruption_budget_is_reported_and_succeeds_once_a
         Outcome::Done("evicted 1 pods of ml/Pod/nb-0".into())
     );
     assert!(sim.get("", "pods", "ml", "nb-0").is_none());
+}
+
+/// A CRD for `kind` that keeps whatever it is given (as a project's CRD would, for the
+/// fields these tests touch).
+fn crd(group: &str, version: &str, kind: &str, plural: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                 "versions": [{"name": version, "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+#[tokio::test]
+async fn a_notebook_is_stopped_with_its_controller_annotation_and_started_again_by_wake() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(crd("kubeflow.org", "v1", "Notebook", "notebooks"))
+        .unwrap();
+    // The real sample Notebook from the Kubeflow notebook controller, in namespace ml.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/manifests/kubeflow-v1.10.0__notebook-controller_samples__v1_notebook.yaml"
+    ))
+    .unwrap();
+    let mut notebook: Value = serde_yaml::from_str(text.trim_start_matches("---\n")).unwrap();
+    notebook["metadata"]["namespace"] = json!("ml");
+    sim.seed(notebook).unwrap();
+    let stored_nb = sim
+        .get("kubeflow.org", "notebooks", "ml", "notebook-sample-v1")
+        .unwrap();
+    let outcome = actions::act(
+        &client,
+        ActionType::ScaleToZero,
+        &info(&stored_nb),
+        &[],
+        now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("stopped ml/Notebook/notebook-sample-v1 (kubeflow-resource-stopped)".into())
+    );
+    let stopped = sim
+        .get("kubeflow.org", "notebooks", "ml", "notebook-sample-v1")
+        .unwrap();
+    assert_eq!(
+        stopped["metadata"]["annotations"]["kubeflow-resource-stopped"],
+        "2026-11-29T12:00:00Z"
+    );
+    assert_eq!(
+        restore_of(&stopped).annotation.as_deref(),
+        Some("kubeflow-resource-stopped")
+    );
+    let woken = actions::wake(&client, &info(&stopped), now())
+        .await
+        .unwrap();
+    assert_eq!(
+        woken,
+        Outcome::Done(
+            "started ml/Notebook/notebook-sample-v1 again (removed kubeflow-resource-stopped)"
+                .into()
+        )
+    );
+    let started = sim
+        .get("kubeflow.org", "notebooks", "ml", "notebook-sample-v1")
+        .unwrap();
+    assert!(
+        started["metadata"]["annotations"]
+            .get("kubeflow-resource-stopped")
+            .is_none(),
+        "{started}"
+    );
+}
+
+#[tokio::test]
+async fn a_pytorchjob_is_suspended_through_its_run_policy() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(crd("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"))
+        .unwrap();
+    // The real training-operator MNIST NCCL sample.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/manifests/training-operator-release-1.9__pytorch_job_mnist_nccl.yaml"
+    ))
+    .unwrap();
+    let mut job: Value = serde_yaml::from_str(&text).unwrap();
+    job["metadata"]["namespace"] = json!("ml");
+    let name = job["metadata"]["name"].as_str().unwrap().to_string();
+    sim.seed(job).unwrap();
+    let root = info(&sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap());
+    let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done(format!("suspended ml/PyTorchJob/{name}"))
+    );
+    let suspended = sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap();
+    assert_eq!(
+        suspended["spec"]["runPolicy"]["suspend"], true,
+        "{suspended}"
+    );
+    assert!(
+        suspended["spec"].get("suspend").is_none(),
+        "not spec.suspend"
+    );
+    actions::wake(&client, &info(&suspended), now())
+        .await
+        .unwrap();
+    let resumed = sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap();
+    assert_eq!(resumed["spec"]["runPolicy"]["suspend"], false);
 }

@@ -34,6 +34,9 @@ pub struct RestoreRecord {
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// An annotation the action set and restoring removes (Notebook stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation: Option<String>,
     /// `pending` until the action's write succeeded, then `done`.
     pub state: String,
 }
@@ -108,6 +111,9 @@ pub async fn act(
         )));
     }
     match action {
+        ActionType::ScaleToZero if root.kind == "Notebook" => {
+            stop_notebook(client, root, now).await
+        }
         ActionType::ScaleToZero => scale_to_zero(client, root, now).await,
         ActionType::Suspend => suspend(client, root, now).await,
         ActionType::Evict => evict(client, root, pods, now).await,
@@ -141,8 +147,8 @@ pub async fn scale_to_zero(
         _ => {
             let record = RestoreRecord {
                 replicas: Some(current),
-                suspend: None,
                 state: "pending".into(),
+                ..RestoreRecord::default()
             };
             let patch = annotate(&[
                 (
@@ -167,8 +173,8 @@ pub async fn scale_to_zero(
     .map_err(err(format!("scaling {key} to 0")))?;
     let done = RestoreRecord {
         replicas: Some(replicas),
-        suspend: None,
         state: "done".into(),
+        ..RestoreRecord::default()
     };
     let patch = annotate(&[(
         keys::RESTORE,
@@ -189,21 +195,17 @@ pub async fn suspend(
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
     let key = root.key();
-    if root.kind != "Job"
-        && root.kind != "JobSet"
-        && root.kind != "RayJob"
-        && root.kind != "RayCluster"
-    {
+    let Some(path) = suspend_path(root) else {
         return Ok(Outcome::Unsupported(format!(
-            "{key}: Suspend works on Job, JobSet, RayJob and RayCluster; use ScaleToZero or Evict for a {}",
+            "{key}: Suspend works on Job, JobSet, RayJob, RayCluster and Kubeflow training jobs; use ScaleToZero or Evict for a {}",
             root.kind
         )));
-    }
+    };
     let api = api_for(client, root);
     let record = RestoreRecord {
-        replicas: None,
         suspend: Some(false),
         state: "done".into(),
+        ..RestoreRecord::default()
     };
     let mut patch = annotate(&[
         (
@@ -213,11 +215,68 @@ pub async fn suspend(
         (keys::REAPED_AT, Some(now.to_string())),
         (keys::REAPED_ACTION, Some("Suspend".into())),
     ]);
-    patch["spec"] = json!({"suspend": true});
+    patch["spec"] = suspend_patch(path, true);
     api.patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(err(format!("suspending {key}")))?;
     Ok(Outcome::Done(format!("suspended {key}")))
+}
+
+/// Where a kind keeps its suspend flag: `spec.suspend` (Job, JobSet, RayJob, RayCluster)
+/// or `spec.runPolicy.suspend` (Kubeflow training jobs: PyTorchJob, TFJob, MPIJob, …).
+/// `None`: the kind cannot be suspended.
+pub fn suspend_path(root: &ObjectInfo) -> Option<&'static [&'static str]> {
+    let group = super::inventory::group_of(&root.api_version);
+    match (group, root.kind.as_str()) {
+        ("batch", "Job") | ("jobset.x-k8s.io", "JobSet") | ("ray.io", "RayJob" | "RayCluster") => {
+            Some(&["suspend"])
+        }
+        ("kubeflow.org", kind) if kind.ends_with("Job") => Some(&["runPolicy", "suspend"]),
+        _ => None,
+    }
+}
+
+/// `{"suspend": v}` or `{"runPolicy": {"suspend": v}}`.
+fn suspend_patch(path: &[&str], value: bool) -> serde_json::Value {
+    path.iter().rev().fold(
+        serde_json::Value::Bool(value),
+        |inner, key| json!({ *key: inner }),
+    )
+}
+
+/// The Kubeflow Notebook controller stops a notebook's pod while this annotation is set.
+pub const NOTEBOOK_STOPPED: &str = "kubeflow-resource-stopped";
+
+/// Stops a Kubeflow Notebook the way its controller expects: the stop annotation (its
+/// StatefulSet goes to 0); the restore record says to remove it.
+pub async fn stop_notebook(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    if root.annotations.contains_key(NOTEBOOK_STOPPED) {
+        return Ok(Outcome::AlreadyDone(format!("{key} is already stopped")));
+    }
+    let record = RestoreRecord {
+        annotation: Some(NOTEBOOK_STOPPED.into()),
+        state: "done".into(),
+        ..RestoreRecord::default()
+    };
+    let patch = annotate(&[
+        (
+            keys::RESTORE,
+            Some(serde_json::to_string(&record).unwrap_or_default()),
+        ),
+        (keys::REAPED_AT, Some(now.to_string())),
+        (keys::REAPED_ACTION, Some("ScaleToZero".into())),
+        (NOTEBOOK_STOPPED, Some(now.to_string())),
+    ]);
+    api_for(client, root)
+        .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(err(format!("stopping {key}")))?;
+    Ok(Outcome::Done(format!("stopped {key} ({NOTEBOOK_STOPPED})")))
 }
 
 /// Evicts every GPU pod of the workload through the Eviction API.
@@ -345,11 +404,22 @@ pub async fn wake(
             suspend: Some(s), ..
         }) => {
             let mut patch = clear.clone();
-            patch["spec"] = json!({"suspend": s});
+            patch["spec"] = suspend_patch(suspend_path(root).unwrap_or(&["suspend"]), *s);
             api.patch(&root.name, &pp, &Patch::Merge(&patch))
                 .await
                 .map_err(err(format!("resuming {key}")))?;
             return Ok(Outcome::Done(format!("resumed {key}")));
+        }
+        Some(RestoreRecord {
+            annotation: Some(a),
+            ..
+        }) => {
+            let mut patch = clear.clone();
+            patch["metadata"]["annotations"][a.as_str()] = serde_json::Value::Null;
+            api.patch(&root.name, &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(err(format!("starting {key} again")))?;
+            return Ok(Outcome::Done(format!("started {key} again (removed {a})")));
         }
         _ => format!("restarted the idle ladder of {key} (nothing to restore)"),
     };

@@ -409,6 +409,36 @@ mod tests {
     }
 
     #[test]
+    fn a_notebook_pod_resolves_through_its_statefulset_to_the_notebook() {
+        let owners = objects(&[
+            object("kubeflow.org/v1", "Notebook", "nb", None),
+            object(
+                "apps/v1",
+                "StatefulSet",
+                "nb",
+                Some(("kubeflow.org/v1", "Notebook", "nb")),
+            ),
+        ]);
+        let pod = pod_info(
+            &gpu_pod(
+                "nb-0",
+                Some(("apps/v1", "StatefulSet", "nb")),
+                "1",
+                "Running",
+            ),
+            &GpuResources::default(),
+            now(),
+        )
+        .unwrap();
+        let w = resolve(vec![pod], &owners).remove(0);
+        assert_eq!(
+            w.root.key(),
+            ObjectKey::new("kubeflow.org/v1", "Notebook", "ml", "nb")
+        );
+        assert_eq!(w.unwatched_owner, None);
+    }
+
+    #[test]
     fn an_owner_cycle_in_bad_data_ends() {
         let owners = objects(&[
             object(

@@ -123,6 +123,39 @@ impl Metrics {
     }
 }
 
+/// Kinds that can own GPU pods, listed (metadata only) to resolve root workloads. The
+/// CRD kinds are skipped quietly where their CRD is not installed.
+const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
+    ("apps", "v1", "ReplicaSet", "replicasets"),
+    ("apps", "v1", "Deployment", "deployments"),
+    ("apps", "v1", "StatefulSet", "statefulsets"),
+    ("batch", "v1", "Job", "jobs"),
+    ("batch", "v1", "CronJob", "cronjobs"),
+    ("kubeflow.org", "v1", "Notebook", "notebooks"),
+    ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+    ("kubeflow.org", "v1", "TFJob", "tfjobs"),
+    ("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs"),
+    ("kubeflow.org", "v1", "PaddleJob", "paddlejobs"),
+    ("kubeflow.org", "v1", "JAXJob", "jaxjobs"),
+    ("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
+    ("ray.io", "v1", "RayCluster", "rayclusters"),
+    ("ray.io", "v1", "RayJob", "rayjobs"),
+    ("ray.io", "v1", "RayService", "rayservices"),
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+    (
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
+    ),
+    (
+        "serving.kserve.io",
+        "v1beta1",
+        "InferenceService",
+        "inferenceservices",
+    ),
+];
+
 /// What one observation of the cluster found.
 struct Observed {
     workloads: Vec<Workload>,
@@ -192,12 +225,7 @@ impl Controller {
             .filter_map(|v| inventory::pod_info(&v, &self.resources, now))
             .collect();
         let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
-        for (group, version, kind, plural) in [
-            ("apps", "v1", "ReplicaSet", "replicasets"),
-            ("apps", "v1", "Deployment", "deployments"),
-            ("apps", "v1", "StatefulSet", "statefulsets"),
-            ("batch", "v1", "Job", "jobs"),
-        ] {
+        for &(group, version, kind, plural) in OWNER_KINDS {
             let resource = kube::api::ApiResource {
                 group: group.into(),
                 version: version.into(),
@@ -208,10 +236,20 @@ impl Controller {
             let api: Api<DynamicObject> = Api::all_with(c.clone(), &resource);
             let mut params = ListParams::default().limit(500);
             loop {
-                let page = api
-                    .list_metadata(&params)
-                    .await
-                    .map_err(kube_err("listing workload owners"))?;
+                let page = match api.list_metadata(&params).await {
+                    Ok(page) => page,
+                    // A CRD that is not installed: its kind is skipped quietly.
+                    Err(kube::Error::Api(e))
+                        if e.code == 404
+                            && !group.is_empty()
+                            && group != "apps"
+                            && group != "batch" =>
+                    {
+                        tracing::debug!(kind, "not served here; skipped");
+                        break;
+                    }
+                    Err(e) => return Err(kube_err("listing workload owners")(e)),
+                };
                 let next = page.metadata.continue_.clone().filter(|t| !t.is_empty());
                 for m in &page.items {
                     if let Some(info) = meta_info(&resource.api_version, kind, m) {
