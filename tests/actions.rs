@@ -71,6 +71,7 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
             replicas: Some(3),
             suspend: None,
             annotation: None,
+            kueue_workload: None,
             state: "done".into()
         }
     );
@@ -154,6 +155,7 @@ async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_w
             replicas: Some(4),
             suspend: None,
             annotation: None,
+            kueue_workload: None,
             state: "done".into()
         }
     );
@@ -401,4 +403,69 @@ async fn a_pytorchjob_is_suspended_through_its_run_policy() {
         .unwrap();
     let resumed = sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap();
     assert_eq!(resumed["spec"]["runPolicy"]["suspend"], false);
+}
+
+#[tokio::test]
+async fn a_kueue_managed_job_is_deactivated_through_its_workload_not_suspended() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(crd("kueue.x-k8s.io", "v1beta2", "Workload", "workloads"))
+        .unwrap();
+    sim.seed(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "sample-job", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "team-a-queue"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
+                 "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    }))
+    .unwrap();
+    let job = sim.get("batch", "jobs", "team-a", "sample-job").unwrap();
+    // Not created by Kueue yet: refused, retried later.
+    let early = actions::act(&client, ActionType::Suspend, &info(&job), &[], now())
+        .await
+        .unwrap();
+    assert!(
+        matches!(early, Outcome::Refused(ref s) if s.contains("Kueue has not created its Workload yet")),
+        "{early:?}"
+    );
+    // The real Workload from Kueue's docs, owned by the Job as Kueue creates it.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/manifests/kueue__docs_concepts_workload.extracted-Workload.yaml"
+    ))
+    .unwrap();
+    let mut workload: Value = serde_yaml::from_str(&text).unwrap();
+    workload["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "sample-job",
+        "uid": job["metadata"]["uid"], "controller": true}]);
+    sim.seed(workload).unwrap();
+    let outcome = actions::act(&client, ActionType::Suspend, &info(&job), &[], now())
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Done("deactivated Kueue Workload team-a/sample-job of team-a/Job/sample-job; Kueue evicts it".into()));
+    let w = sim
+        .get("kueue.x-k8s.io", "workloads", "team-a", "sample-job")
+        .unwrap();
+    assert_eq!(w["spec"]["active"], false);
+    let job_after = sim.get("batch", "jobs", "team-a", "sample-job").unwrap();
+    assert!(
+        job_after["spec"].get("suspend").is_none_or(|s| s == false),
+        "gpu-reaper must not touch spec.suspend under Kueue"
+    );
+    assert_eq!(
+        restore_of(&job_after).kueue_workload.as_deref(),
+        Some("sample-job")
+    );
+    let woken = actions::wake(&client, &info(&job_after), now())
+        .await
+        .unwrap();
+    assert_eq!(
+        woken,
+        Outcome::Done(
+            "reactivated Kueue Workload team-a/sample-job of team-a/Job/sample-job".into()
+        )
+    );
+    assert_eq!(
+        sim.get("kueue.x-k8s.io", "workloads", "team-a", "sample-job")
+            .unwrap()["spec"]["active"],
+        true
+    );
 }

@@ -29,6 +29,7 @@ pub const WOKEN_AT: &str = "gpureaper.io/woken-at";
 
 /// What `gpureaper.io/restore` holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
 pub struct RestoreRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
@@ -37,6 +38,9 @@ pub struct RestoreRecord {
     /// An annotation the action set and restoring removes (Notebook stop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotation: Option<String>,
+    /// The Kueue Workload deactivated instead of suspending the job (Kueue-managed jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue_workload: Option<String>,
     /// `pending` until the action's write succeeded, then `done`.
     pub state: String,
 }
@@ -195,6 +199,9 @@ pub async fn suspend(
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
     let key = root.key();
+    if root.labels.contains_key(KUEUE_QUEUE_LABEL) {
+        return deactivate_kueue_workload(client, root, now).await;
+    }
     let Some(path) = suspend_path(root) else {
         return Ok(Outcome::Unsupported(format!(
             "{key}: Suspend works on Job, JobSet, RayJob, RayCluster and Kubeflow training jobs; use ScaleToZero or Evict for a {}",
@@ -242,6 +249,91 @@ fn suspend_patch(path: &[&str], value: bool) -> serde_json::Value {
         serde_json::Value::Bool(value),
         |inner, key| json!({ *key: inner }),
     )
+}
+
+/// Label Kueue puts on (or users put on) the jobs it manages.
+pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+
+/// Kueue's Workload API in `namespace`, at the newest version the cluster serves
+/// (v1beta2 from Kueue 0.15, v1beta1 before).
+async fn kueue_workloads(
+    client: &Client,
+    namespace: &str,
+) -> Result<Api<DynamicObject>, ActionError> {
+    let version = |v: &str| -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("kueue.x-k8s.io", v, "Workload");
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk))
+    };
+    let probe = kube::api::ListParams::default().limit(1);
+    let newest = version("v1beta2");
+    if newest.list_metadata(&probe).await.is_ok() {
+        return Ok(newest);
+    }
+    let older = version("v1beta1");
+    older.list_metadata(&probe).await.map_err(err(
+        "finding Kueue's Workload API (kueue.x-k8s.io v1beta2 or v1beta1)",
+    ))?;
+    Ok(older)
+}
+
+/// A Kueue-managed job is never suspended behind Kueue's back (Kueue owns `spec.suspend`
+/// and would resume it): its Kueue Workload is deactivated (`spec.active: false`), which
+/// Kueue answers by evicting the job and keeping it out of the queue until reactivated.
+pub async fn deactivate_kueue_workload(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let api = kueue_workloads(client, &root.namespace).await?;
+    let list = api.list(&Default::default()).await.map_err(err(format!(
+        "listing the Kueue Workloads of namespace {}",
+        root.namespace
+    )))?;
+    let owned = list.items.into_iter().find(|w| {
+        w.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == root.kind && o.name == root.name && o.controller == Some(true))
+    });
+    let Some(workload) = owned else {
+        return Ok(Outcome::Refused(format!(
+            "{key} is managed by Kueue but Kueue has not created its Workload yet; retried next cycle"
+        )));
+    };
+    let name = workload.metadata.name.clone().unwrap_or_default();
+    let record = RestoreRecord {
+        kueue_workload: Some(name.clone()),
+        state: "done".into(),
+        ..RestoreRecord::default()
+    };
+    let patch = annotate(&[
+        (
+            keys::RESTORE,
+            Some(serde_json::to_string(&record).unwrap_or_default()),
+        ),
+        (keys::REAPED_AT, Some(now.to_string())),
+        (keys::REAPED_ACTION, Some("Suspend".into())),
+    ]);
+    api_for(client, root)
+        .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(err(format!("recording the restore point of {key}")))?;
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"active": false}})),
+    )
+    .await
+    .map_err(err(format!(
+        "deactivating Kueue Workload {}/{name}",
+        root.namespace
+    )))?;
+    Ok(Outcome::Done(format!(
+        "deactivated Kueue Workload {}/{name} of {key}; Kueue evicts it",
+        root.namespace
+    )))
 }
 
 /// The Kubeflow Notebook controller stops a notebook's pod while this annotation is set.
@@ -409,6 +501,20 @@ pub async fn wake(
                 .await
                 .map_err(err(format!("resuming {key}")))?;
             return Ok(Outcome::Done(format!("resumed {key}")));
+        }
+        Some(RestoreRecord {
+            kueue_workload: Some(w),
+            ..
+        }) => {
+            kueue_workloads(client, &root.namespace)
+                .await?
+                .patch(w, &pp, &Patch::Merge(&json!({"spec": {"active": true}})))
+                .await
+                .map_err(err(format!(
+                    "reactivating Kueue Workload {}/{w}",
+                    root.namespace
+                )))?;
+            format!("reactivated Kueue Workload {}/{w} of {key}", root.namespace)
         }
         Some(RestoreRecord {
             annotation: Some(a),
