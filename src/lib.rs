@@ -10,6 +10,7 @@ pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod logging;
+pub mod notify;
 pub mod report;
 pub mod telemetry;
 

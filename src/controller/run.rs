@@ -16,10 +16,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::{DynamicObject, PartialObjectMeta};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -40,6 +38,8 @@ use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
 use crate::engine::Rules;
 use crate::engine::model::{Decision, Step};
+use crate::notify::events::EventNotifier;
+use crate::notify::{Notification, Notifier, Severity};
 use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
 use crate::telemetry::prometheus::{LiveSettings, PrometheusSource};
 use crate::{Error, Result};
@@ -166,7 +166,7 @@ struct Observed {
 
 struct Controller {
     client: Client,
-    recorder: Recorder,
+    notifiers: Vec<Box<dyn Notifier>>,
     source: PrometheusSource,
     scrape_interval: i64,
     selector_labels: crate::telemetry::trace::WorkloadLabels,
@@ -281,23 +281,25 @@ impl Controller {
         })
     }
 
-    async fn event(&self, root: &ObjectInfo, type_: EventType, reason: &str, note: String) {
-        let reference = ObjectReference {
-            api_version: Some(root.api_version.clone()),
-            kind: Some(root.kind.clone()),
-            name: Some(root.name.clone()),
-            namespace: Some(root.namespace.clone()),
-            ..ObjectReference::default()
+    /// Sends one notification through every notifier; a failed channel is logged and
+    /// does not stop the others (the Event is always attempted).
+    async fn notify(
+        &self,
+        root: &ObjectInfo,
+        severity: Severity,
+        reason: &'static str,
+        message: String,
+    ) {
+        let notification = Notification {
+            workload: root.clone(),
+            reason,
+            severity,
+            message,
         };
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(workload = %root.key(), error = %e, "could not publish event");
+        for notifier in &self.notifiers {
+            if let Err(e) = notifier.notify(&notification).await {
+                tracing::warn!(workload = %root.key(), channel = notifier.name(), error = %e, "notification not delivered");
+            }
         }
     }
 
@@ -469,16 +471,16 @@ impl Controller {
     async fn report(
         &self,
         root: &ObjectInfo,
-        reason: &str,
+        reason: &'static str,
         result: std::result::Result<Outcome, actions::ActionError>,
     ) {
         let (type_, note) = match result {
-            Ok(Outcome::Done(s) | Outcome::AlreadyDone(s)) => (EventType::Normal, s),
-            Ok(Outcome::Refused(s) | Outcome::Unsupported(s)) => (EventType::Warning, s),
-            Err(e) => (EventType::Warning, e.to_string()),
+            Ok(Outcome::Done(s) | Outcome::AlreadyDone(s)) => (Severity::Normal, s),
+            Ok(Outcome::Refused(s) | Outcome::Unsupported(s)) => (Severity::Warning, s),
+            Err(e) => (Severity::Warning, e.to_string()),
         };
         tracing::info!(workload = %root.key(), reason, detail = %note, "housekeeping");
-        self.event(root, type_, reason, note).await;
+        self.notify(root, type_, reason, note).await;
     }
 
     async fn apply(&mut self, policy: &GpuPolicy, w: &Workload, d: &Decision, now: Timestamp) {
@@ -521,7 +523,7 @@ impl Controller {
                         return;
                     }
                 }
-                self.event(root, EventType::Warning, "IdleGpus", note).await;
+                self.notify(root, Severity::Warning, "IdleGpus", note).await;
             }
             Step::WouldAct(action) => {
                 self.audit.would_act_at.insert(key.clone(), now);
@@ -532,9 +534,9 @@ impl Controller {
                         result: "would_act",
                     })
                     .inc();
-                self.event(
+                self.notify(
                     root,
-                    EventType::Normal,
+                    Severity::Normal,
                     "WouldReclaim",
                     format!("Audit mode: would {action:?} now ({reason}); nothing was changed."),
                 )
@@ -545,7 +547,7 @@ impl Controller {
                 let (label, type_, reason_word, note) = match result {
                     Ok(Outcome::Done(s)) => (
                         "done",
-                        EventType::Normal,
+                        Severity::Normal,
                         "Reclaimed",
                         format!(
                             "{s} ({reason}); restore with `gpu-reaper wake {}/{}/{}`",
@@ -553,13 +555,13 @@ impl Controller {
                         ),
                     ),
                     Ok(Outcome::AlreadyDone(s)) => {
-                        ("already_done", EventType::Normal, "Reclaimed", s)
+                        ("already_done", Severity::Normal, "Reclaimed", s)
                     }
-                    Ok(Outcome::Refused(s)) => ("refused", EventType::Warning, "ReclaimRefused", s),
+                    Ok(Outcome::Refused(s)) => ("refused", Severity::Warning, "ReclaimRefused", s),
                     Ok(Outcome::Unsupported(s)) => {
-                        ("unsupported", EventType::Warning, "ReclaimUnsupported", s)
+                        ("unsupported", Severity::Warning, "ReclaimUnsupported", s)
                     }
-                    Err(e) => ("failed", EventType::Warning, "ReclaimFailed", e.to_string()),
+                    Err(e) => ("failed", Severity::Warning, "ReclaimFailed", e.to_string()),
                 };
                 self.metrics
                     .actions
@@ -569,7 +571,7 @@ impl Controller {
                     })
                     .inc();
                 tracing::info!(workload = %key, action = ?action, result = label, detail = %note, "action");
-                self.event(root, type_, reason_word, note).await;
+                self.notify(root, type_, reason_word, note).await;
             }
         }
     }
@@ -730,16 +732,11 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                 })?;
             tokio::spawn(serve_probes(listener, metrics.clone(), ready.clone()));
         }
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "gpu-reaper".into(),
-                instance: Some(identity.clone()),
-            },
-        );
+        let notifiers: Vec<Box<dyn Notifier>> =
+            vec![Box::new(EventNotifier::new(client.clone(), &identity))];
         let mut controller = Controller {
             client: client.clone(),
-            recorder,
+            notifiers,
             source,
             scrape_interval: scrape,
             selector_labels: workload_labels(&args.prometheus),
