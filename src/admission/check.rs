@@ -111,14 +111,7 @@ fn kind_of(v: &Value) -> &str {
 }
 
 fn labels_of(v: &Value) -> BTreeMap<String, String> {
-    v["metadata"]["labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::api::selector::string_map(&v["metadata"]["labels"])
 }
 
 fn parse_typed<K>(doc: &Document) -> Result<K>

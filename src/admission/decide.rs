@@ -510,14 +510,7 @@ fn is_system_user(username: &str) -> bool {
 }
 
 fn object_labels(object: &Value) -> BTreeMap<String, String> {
-    object["metadata"]["labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+    selector::string_map(&object["metadata"]["labels"])
 }
 
 fn workload_name<'a>(request: &'a AdmissionRequest, object: &'a Value) -> &'a str {

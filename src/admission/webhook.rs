@@ -64,13 +64,7 @@ pub fn run(args: &WebhookArgs) -> Result<()> {
     let certs =
         Arc::new(CertReloader::load(&args.tls_cert, &args.tls_key).map_err(Error::Webhook)?);
     let tls = server::tls_config(certs.clone()).map_err(Error::Webhook)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: "tokio runtime".into(),
-            source,
-        })?;
+    let runtime = crate::report::backtest::multi_thread_runtime()?;
     runtime.block_on(async move {
         let client = kube::Client::try_default().await.map_err(|source| Error::Kube {
             action: "connecting to the Kubernetes API (in-cluster config or KUBECONFIG)".into(),

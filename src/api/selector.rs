@@ -36,6 +36,19 @@ pub fn matches_with(
     equal && expressions
 }
 
+/// A JSON object of strings (an object's `metadata.labels` or `metadata.annotations`) as
+/// a map; entries whose value is not a string are skipped, a missing object is empty.
+pub fn string_map(value: &serde_json::Value) -> BTreeMap<String, String> {
+    value
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

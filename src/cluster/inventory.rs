@@ -77,15 +77,7 @@ impl ObjectInfo {
     /// From an object's JSON (`apiVersion`, `kind`, `metadata`).
     pub fn from_value(v: &serde_json::Value) -> Option<Self> {
         let meta = &v["metadata"];
-        let strings = |m: &serde_json::Value| -> BTreeMap<String, String> {
-            m.as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let strings = crate::api::selector::string_map;
         let owner = meta["ownerReferences"].as_array().and_then(|refs| {
             refs.iter()
                 .find(|r| r["controller"].as_bool() == Some(true))

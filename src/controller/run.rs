@@ -703,13 +703,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         .identity
         .clone()
         .unwrap_or_else(|| format!("gpu-reaper-{}", std::process::id()));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: "tokio runtime".into(),
-            source,
-        })?;
+    let runtime = crate::report::backtest::multi_thread_runtime()?;
     runtime.block_on(async move {
         let mut config = kube::Config::infer().await.map_err(|e| {
             Error::Controller(format!(

@@ -116,6 +116,17 @@ pub fn fetch_trace(
     Ok(block_on(source.fetch_trace(from, to, options))??)
 }
 
+/// The multi-threaded runtime of the long-running commands (webhook, controller).
+pub fn multi_thread_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: "tokio runtime".into(),
+            source,
+        })
+}
+
 /// Runs a future to completion (the CLI has no other async work).
 pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
