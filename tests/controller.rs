@@ -523,3 +523,78 @@ async fn the_wake_annotation_restores_and_an_owner_scaling_back_by_hand_restarts
         events_for(&s, "gappy")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_controller_watches_the_cluster_and_reacts_to_a_policy_change_at_once() {
+    let s = setup("running", "Audit").await;
+    let port = common::free_port();
+    // A one-hour interval: anything after the first cycle is driven by the policy watch.
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["controller", "--interval", "1h", "--now", &at(125)])
+        .args([
+            "--prometheus-url",
+            &s.prometheus.url,
+            "--scrape-interval",
+            "1m",
+        ])
+        .args([
+            "--identity",
+            "only",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !common::http_ok(port, "/readyz") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "controller never ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Audit: the first cycle warned by Event only.
+    assert!(
+        deployment_of(&s, "chat")["metadata"]["annotations"]
+            .get("gpureaper.io/warned-at")
+            .is_none()
+    );
+    kubectl(
+        &s.sim,
+        &[
+            "patch",
+            "gpupolicy",
+            "inference",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"mode":"Enforce"}}"#,
+        ],
+        None,
+    )
+    .await;
+    // Enforce now: the watch-triggered cycle records the warning on the workload.
+    loop {
+        let d = deployment_of(&s, "chat");
+        if d["metadata"]["annotations"]
+            .get("gpureaper.io/warned-at")
+            .is_some()
+        {
+            assert_eq!(
+                d["metadata"]["annotations"]["gpureaper.io/warned-at"],
+                at(125)
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the policy change did not trigger a cycle"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    child.kill().await.unwrap();
+}

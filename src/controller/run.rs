@@ -167,6 +167,8 @@ struct Observed {
 struct Controller {
     client: Client,
     notifiers: Vec<Box<dyn Notifier>>,
+    /// The watches' stores (None with `--once`, which lists).
+    caches: Option<super::caches::Caches>,
     source: PrometheusSource,
     scrape_interval: i64,
     selector_labels: crate::telemetry::trace::WorkloadLabels,
@@ -213,8 +215,32 @@ fn meta_info(
 }
 
 impl Controller {
-    /// Observe: GPU pods resolved to root workloads, policies, namespace labels.
+    /// Observe: GPU pods resolved to root workloads, policies, namespace labels — from the
+    /// watches' stores when running, by listing with `--once`.
     async fn observe(&self, now: Timestamp) -> Result<Observed> {
+        let (gpu_pods, owners, policies, namespaces) = match &self.caches {
+            Some(caches) => caches.read(&self.resources, now),
+            None => self.list(now).await?,
+        };
+        Ok(Observed {
+            workloads: inventory::resolve(gpu_pods, &owners),
+            owners,
+            policies,
+            namespaces,
+        })
+    }
+
+    /// One listing of everything a cycle needs, in pages of 500.
+    #[allow(clippy::type_complexity)]
+    async fn list(
+        &self,
+        now: Timestamp,
+    ) -> Result<(
+        Vec<inventory::PodInfo>,
+        HashMap<ObjectKey, ObjectInfo>,
+        Vec<GpuPolicy>,
+        HashMap<String, BTreeMap<String, String>>,
+    )> {
         let c = &self.client;
         let pods = list_all(&Api::<k8s_openapi::api::core::v1::Pod>::all(c.clone()))
             .await
@@ -273,12 +299,7 @@ impl Controller {
             .into_iter()
             .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
             .collect();
-        Ok(Observed {
-            workloads: inventory::resolve(gpu_pods, &owners),
-            owners,
-            policies,
-            namespaces,
-        })
+        Ok((gpu_pods, owners, policies, namespaces))
     }
 
     /// Sends one notification through every notifier; a failed channel is logged and
@@ -728,9 +749,19 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         }
         let notifiers: Vec<Box<dyn Notifier>> =
             vec![Box::new(EventNotifier::new(client.clone(), &identity))];
+        let caches = if args.once {
+            None
+        } else {
+            let caches = super::caches::Caches::start(&client, OWNER_KINDS).await;
+            caches.wait_synced().await;
+            tracing::info!("watches synced");
+            Some(caches)
+        };
+        let policy_changed = caches.as_ref().map(|c| c.policy_changed.clone());
         let mut controller = Controller {
             client: client.clone(),
             notifiers,
+            caches,
             source,
             scrape_interval: scrape,
             selector_labels: workload_labels(&args.prometheus),
@@ -750,7 +781,21 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            // Every interval, and as soon as a GpuPolicy changes.
+            match &policy_changed {
+                Some(changed) => {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = changed.notified() => {
+                            // Let an apply of several policies land together.
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        }
+                    }
+                }
+                None => {
+                    tick.tick().await;
+                }
+            }
             let leading = match elector.try_lead().await {
                 Ok(l) => l,
                 Err(e) if args.once => {
