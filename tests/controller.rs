@@ -289,6 +289,30 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
     let spent = status["namespaceSpend"][0]["spentUsd"].as_f64().unwrap();
     assert!((spent - 25.0 * 4.0 / 60.0).abs() < 1e-6, "{status}");
     assert_eq!(status["lastEvaluationTime"], at(125));
+    // A minute later the reclaimed GPU has been off for a minute: 1/60 GPU-hour, and the
+    // price of an H100 minute at the default 2.5 USD/h saved.
+    let (ok, log) = cycle(&s, 126, "a").await;
+    assert!(ok, "{log}");
+    let reclaimed =
+        deployment_of(&s, "chat")["metadata"]["annotations"]["gpureaper.io/reclaimed"].clone();
+    assert_eq!(
+        serde_json::from_str::<Value>(reclaimed.as_str().unwrap()).unwrap(),
+        json!({"gpus": 1.0, "hourlyUsd": 2.5})
+    );
+    let status = s
+        .sim
+        .get("gpureaper.io", "gpupolicies", "", "inference")
+        .unwrap()["status"]
+        .clone();
+    assert!(
+        (status["reclaimedGpuHours"].as_f64().unwrap() - 1.0 / 60.0).abs() < 1e-9,
+        "{status}"
+    );
+    assert!(
+        (status["estimatedSavingsUsd"].as_f64().unwrap() - 2.5 / 60.0).abs() < 1e-9,
+        "{status}"
+    );
+    assert_eq!(status["workloads"]["reclaimed"], 1, "{status}");
 
     // Wake restores the replicas and restarts the ladder.
     let out = tokio::process::Command::new(BIN)

@@ -17,6 +17,9 @@ pub const REAPED_AT: &str = "gpureaper.io/reaped-at";
 pub const REAPED_ACTION: &str = "gpureaper.io/reaped-action";
 /// Annotation (controller): JSON with what restoring needs, written before or with the action.
 pub const RESTORE: &str = "gpureaper.io/restore";
+/// Annotation (controller): JSON `{"gpus": N, "hourlyUsd": X}` — what a reclaimed
+/// workload held when it was acted on, for reclaimed GPU-hours and savings in status.
+pub const RECLAIMED: &str = "gpureaper.io/reclaimed";
 /// Annotation (user-set): `"true"` asks the controller to restore a reclaimed workload,
 /// as `gpu-reaper wake` does; the controller removes it when done.
 pub const WAKE: &str = "gpureaper.io/wake";

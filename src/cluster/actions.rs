@@ -442,6 +442,7 @@ fn restart_ladder_patch(now: Timestamp) -> serde_json::Value {
         (keys::REAPED_ACTION, None),
         (keys::WARNED_AT, None),
         (keys::WAKE, None),
+        (keys::RECLAIMED, None),
         (WOKEN_AT, Some(now.to_string())),
     ])
 }

@@ -143,6 +143,64 @@ pub fn plan(
     out
 }
 
+/// Hours since the last evaluation that count for accruals: at most `max_gap` (a
+/// controller that was down does not bill its downtime), none on the first evaluation.
+pub fn billable_hours(last: Option<Timestamp>, now: Timestamp, max_gap: SignedDuration) -> f64 {
+    last.map_or(0.0, |last| {
+        now.duration_since(last)
+            .clamp(SignedDuration::ZERO, max_gap.max(SignedDuration::ZERO))
+            .as_secs_f64()
+            / 3600.0
+    })
+}
+
+/// Reclaims in place under one policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Reclaimed {
+    pub workloads: u32,
+    pub gpus: f64,
+    pub hourly_usd: f64,
+}
+
+/// The workloads a policy has reclaimed and what they held (from their
+/// `gpureaper.io/reclaimed` record): count, GPUs and USD per hour. Only reclaims still
+/// in place count (a wake removes the record).
+pub fn reclaimed_holdings(
+    policy: &GpuPolicy,
+    policies: &[&GpuPolicy],
+    owners: &HashMap<ObjectKey, crate::cluster::inventory::ObjectInfo>,
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+) -> Reclaimed {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Held {
+        gpus: f64,
+        hourly_usd: f64,
+    }
+    let empty = BTreeMap::new();
+    let mut out = Reclaimed::default();
+    for o in owners.values() {
+        if !o.annotations.contains_key(keys::REAPED_AT) {
+            continue;
+        }
+        let Some(held) = o
+            .annotations
+            .get(keys::RECLAIMED)
+            .and_then(|t| serde_json::from_str::<Held>(t).ok())
+        else {
+            continue;
+        };
+        let ns_labels = namespaces.get(&o.namespace).unwrap_or(&empty);
+        let (chosen, _) = policy::select(policies.iter().copied(), &o.kind, ns_labels, &o.labels);
+        if chosen.map(|p| &p.metadata.name) == Some(&policy.metadata.name) {
+            out.workloads += 1;
+            out.gpus += held.gpus;
+            out.hourly_usd += held.hourly_usd;
+        }
+    }
+    out
+}
+
 /// This month's GPU spend per namespace after one more evaluation: the previous figures
 /// (a figure for another month starts again from zero) plus what each namespace's
 /// governed GPUs cost per hour (`hourly_by_namespace`) over the time since the last

@@ -391,9 +391,6 @@ impl Controller {
                 if d.verdict.classification.is_idle() {
                     counts.idle += 1;
                 }
-                if w.root.annotations.contains_key(keys::REAPED_AT) {
-                    counts.reclaimed += 1;
-                }
                 tracing::info!(
                     policy = %name,
                     workload = %w.root.key(),
@@ -427,7 +424,8 @@ impl Controller {
                     .entry(workloads[p.workload].root.namespace.clone())
                     .or_default() += p.decision.hourly_usd;
             }
-            self.write_status(policy, Some((counts, hourly)), None, now)
+            let reclaimed = super::plan::reclaimed_holdings(policy, &all, &owners, &namespaces);
+            self.write_status(policy, Some((counts, hourly, reclaimed)), None, now)
                 .await;
         }
         self.metrics.cycle.observe(started.elapsed().as_secs_f64());
@@ -566,15 +564,18 @@ impl Controller {
             Step::Act(action) => {
                 let result = actions::act(&self.client, action, root, &w.pods, now).await;
                 let (label, type_, reason_word, note) = match result {
-                    Ok(Outcome::Done(s)) => (
-                        "done",
-                        Severity::Normal,
-                        "Reclaimed",
-                        format!(
-                            "{s} ({reason}); restore with `gpu-reaper wake {}/{}/{}`",
-                            root.namespace, root.kind, root.name
-                        ),
-                    ),
+                    Ok(Outcome::Done(s)) => {
+                        self.record_reclaimed(root, w.gpus, d.hourly_usd).await;
+                        (
+                            "done",
+                            Severity::Normal,
+                            "Reclaimed",
+                            format!(
+                                "{s} ({reason}); restore with `gpu-reaper wake {}/{}/{}`",
+                                root.namespace, root.kind, root.name
+                            ),
+                        )
+                    }
                     Ok(Outcome::AlreadyDone(s)) => {
                         ("already_done", Severity::Normal, "Reclaimed", s)
                     }
@@ -597,19 +598,40 @@ impl Controller {
         }
     }
 
+    /// Records what the reclaimed workload held, for reclaimed GPU-hours and savings.
+    async fn record_reclaimed(&self, root: &ObjectInfo, gpus: f64, hourly_usd: f64) {
+        let held = json!({"gpus": gpus, "hourlyUsd": hourly_usd}).to_string();
+        let patch = json!({"metadata": {"annotations": {keys::RECLAIMED: held}}});
+        if let Err(e) = actions::api_for(&self.client, root)
+            .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(workload = %root.key(), error = %e, "could not record what was reclaimed (status figures only)");
+        }
+    }
+
     async fn write_status(
         &self,
         policy: &GpuPolicy,
-        evaluated: Option<(WorkloadCounts, BTreeMap<String, f64>)>,
+        evaluated: Option<(
+            WorkloadCounts,
+            BTreeMap<String, f64>,
+            super::plan::Reclaimed,
+        )>,
         telemetry_error: Option<String>,
         now: Timestamp,
     ) {
         let name = policy.metadata.name.clone().unwrap_or_default();
         let mut status: GpuPolicyStatus = policy.status.clone().unwrap_or_default();
         status.observed_generation = policy.metadata.generation;
-        if let Some((counts, hourly)) = evaluated {
+        if let Some((mut counts, hourly, reclaimed)) = evaluated {
+            // Reclaimed workloads usually have no pods left: counted from their records.
+            counts.reclaimed = reclaimed.workloads;
             status.workloads = counts;
             let last = status.last_evaluation_time.as_ref().map(|t| t.0);
+            let hours = super::plan::billable_hours(last, now, self.max_billing_gap);
+            status.reclaimed_gpu_hours += reclaimed.gpus * hours;
+            status.estimated_savings_usd += reclaimed.hourly_usd * hours;
             status.namespace_spend = super::plan::accrue_spend(
                 &status.namespace_spend,
                 last,
