@@ -6,7 +6,6 @@
 //! once every watch has listed: before that `/readyz` fails and `/validate` answers 503,
 //! so the API server applies the webhook's `failurePolicy`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 
-use super::count::{self, Counted};
+use super::count;
 use super::decide::{Settings, Snapshot};
 use super::metrics::{Metrics, ResourceLabels};
 use super::server::SnapshotCell;
@@ -160,20 +159,11 @@ fn build(stores: &Stores, settings: &Settings) -> Snapshot {
             ns.metadata.labels.clone().unwrap_or_default(),
         ))
     });
-    let mut templates = HashMap::new();
-    for t in stores.templates.iter().flat_map(|s| s.state()) {
-        let (Some(ns), Some(name)) = (t.metadata.namespace.clone(), t.metadata.name.clone()) else {
-            continue;
-        };
-        let Ok(mut value) = serde_json::to_value(t.as_ref()) else {
-            continue;
-        };
-        value["apiVersion"] = "resource.k8s.io/v1".into();
-        value["kind"] = "ResourceClaimTemplate".into();
-        if let Ok(Counted::Claim(claim)) = count::count(&value, &ns, &settings.resources, &()) {
-            templates.insert((ns, name), claim.gpus);
-        }
-    }
+    let template_objects: Vec<_> = stores.templates.iter().flat_map(|s| s.state()).collect();
+    let templates = count::claim_template_gpus(
+        template_objects.iter().map(|t| t.as_ref()),
+        &settings.resources,
+    );
     Snapshot::build(
         stores.policies.state(),
         stores.attestations.state(),

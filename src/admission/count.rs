@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+
 use serde_json::{Map, Value};
 
 /// Which resources are GPUs, and how much of a GPU each unit is.
@@ -1267,6 +1269,29 @@ fn n_text(n: u64, singular: &str) -> String {
     } else {
         format!("{n} {singular}s")
     }
+}
+
+/// GPUs per pod of each DRA ResourceClaimTemplate, by (namespace, name). Clusters that do
+/// not serve resource.k8s.io/v1 have none.
+pub fn claim_template_gpus<'a>(
+    templates: impl Iterator<Item = &'a ResourceClaimTemplate>,
+    resources: &GpuResources,
+) -> HashMap<(String, String), f64> {
+    let mut out = HashMap::new();
+    for t in templates {
+        let (Some(ns), Some(name)) = (t.metadata.namespace.clone(), t.metadata.name.clone()) else {
+            continue;
+        };
+        let Ok(mut value) = serde_json::to_value(t) else {
+            continue;
+        };
+        value["apiVersion"] = "resource.k8s.io/v1".into();
+        value["kind"] = "ResourceClaimTemplate".into();
+        if let Ok(Counted::Claim(claim)) = count(&value, &ns, resources, &()) {
+            out.insert((ns, name), claim.gpus);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

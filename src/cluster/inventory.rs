@@ -115,15 +115,27 @@ pub struct PodInfo {
     pub gpus: f64,
 }
 
-/// Reads a pod; `None` when it claims no GPUs, has finished, or cannot be read.
+/// Reads a pod; `None` when it claims no GPUs, has finished, or cannot be read. GPUs
+/// claimed through DRA claim templates are not counted (see [`pod_info_with`]).
 pub fn pod_info(
     pod: &serde_json::Value,
     resources: &GpuResources,
     now: Timestamp,
 ) -> Option<PodInfo> {
+    pod_info_with(pod, resources, &(), now)
+}
+
+/// As [`pod_info`], counting the GPUs of the pod's DRA claims made from the claim
+/// templates `templates` knows.
+pub fn pod_info_with(
+    pod: &serde_json::Value,
+    resources: &GpuResources,
+    templates: &dyn count::ClaimTemplates,
+    now: Timestamp,
+) -> Option<PodInfo> {
     let meta = ObjectInfo::from_value(pod)?;
     let (gpus, _) =
-        count::pod_spec_gpus(&pod["spec"], "spec", &meta.namespace, resources, &()).ok()?;
+        count::pod_spec_gpus(&pod["spec"], "spec", &meta.namespace, resources, templates).ok()?;
     if gpus <= 0.0 {
         return None;
     }
@@ -428,6 +440,22 @@ mod tests {
             ObjectKey::new("kubeflow.org/v1", "Notebook", "ml", "nb")
         );
         assert_eq!(w.unwatched_owner, None);
+    }
+
+    #[test]
+    fn a_pod_whose_gpus_come_from_a_dra_claim_template_is_inventoried_when_the_template_is_known() {
+        let mut pod = gpu_pod("dra-0", None, "1", "Running");
+        pod["spec"]["containers"][0]["resources"] = json!({"claims": [{"name": "gpus"}]});
+        pod["spec"]["resourceClaims"] =
+            json!([{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}]);
+        assert!(
+            pod_info(&pod, &GpuResources::default(), now()).is_none(),
+            "unknown template: no GPUs seen"
+        );
+        let templates = HashMap::from([(("ml".to_string(), "four-gpus".to_string()), 4.0)]);
+        let info = pod_info_with(&pod, &GpuResources::default(), &templates, now()).unwrap();
+        assert_eq!(info.gpus, 4.0);
+        assert_eq!(info.state.gpu_devices, 4);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -26,6 +27,8 @@ pub struct Caches {
     owners: Vec<(ApiResource, Store<PartialObjectMeta<DynamicObject>>)>,
     policies: Store<GpuPolicy>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// DRA claim templates, when resource.k8s.io/v1 is served.
+    templates: Option<Store<ResourceClaimTemplate>>,
     /// Notified on every GpuPolicy event.
     pub policy_changed: Arc<Notify>,
 }
@@ -122,6 +125,21 @@ impl Caches {
         .default_backoff();
         drive("gpupolicies", stream, Some(policy_changed.clone()));
 
+        let template_api = Api::<ResourceClaimTemplate>::all(client.clone());
+        let templates = if template_api
+            .list(&ListParams::default().limit(1))
+            .await
+            .is_ok()
+        {
+            let (reader, writer) = reflector::store();
+            let stream = reflector::reflector(writer, watcher(template_api, config.clone()))
+                .default_backoff();
+            drive("resourceclaimtemplates", stream, None);
+            Some(reader)
+        } else {
+            None
+        };
+
         let (namespaces, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
@@ -138,6 +156,7 @@ impl Caches {
             owners,
             policies,
             namespaces,
+            templates,
             policy_changed,
         }
     }
@@ -150,6 +169,9 @@ impl Caches {
         }
         let _ = self.policies.wait_until_ready().await;
         let _ = self.namespaces.wait_until_ready().await;
+        if let Some(t) = &self.templates {
+            let _ = t.wait_until_ready().await;
+        }
     }
 
     /// What the stores hold now, in the inventory's terms.
@@ -164,13 +186,18 @@ impl Caches {
         Vec<GpuPolicy>,
         HashMap<String, BTreeMap<String, String>>,
     ) {
+        let template_objects: Vec<_> = self.templates.iter().flat_map(|t| t.state()).collect();
+        let templates = crate::admission::count::claim_template_gpus(
+            template_objects.iter().map(|t| t.as_ref()),
+            resources,
+        );
         let pods = self
             .pods
             .state()
             .iter()
             .filter(|p| claims_gpus(p))
             .filter_map(|p| serde_json::to_value(p.as_ref()).ok())
-            .filter_map(|v| inventory::pod_info(&v, resources, now))
+            .filter_map(|v| inventory::pod_info_with(&v, resources, &templates, now))
             .collect();
         let mut owners = HashMap::new();
         for (resource, store) in &self.owners {

@@ -43,6 +43,7 @@ use crate::notify::{Notification, Notifier, Severity};
 use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
 use crate::telemetry::prometheus::{LiveSettings, PrometheusSource};
 use crate::{Error, Result};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
@@ -242,13 +243,20 @@ impl Controller {
         HashMap<String, BTreeMap<String, String>>,
     )> {
         let c = &self.client;
+        let templates = crate::admission::count::claim_template_gpus(
+            list_all(&Api::<ResourceClaimTemplate>::all(c.clone()))
+                .await
+                .unwrap_or_default()
+                .iter(),
+            &self.resources,
+        );
         let pods = list_all(&Api::<k8s_openapi::api::core::v1::Pod>::all(c.clone()))
             .await
             .map_err(kube_err("listing pods"))?;
         let gpu_pods: Vec<_> = pods
             .iter()
             .filter_map(|p| serde_json::to_value(p).ok())
-            .filter_map(|v| inventory::pod_info(&v, &self.resources, now))
+            .filter_map(|v| inventory::pod_info_with(&v, &self.resources, &templates, now))
             .collect();
         let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
         for &(group, version, kind, plural) in OWNER_KINDS {
