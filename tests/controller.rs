@@ -313,6 +313,9 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
         "{status}"
     );
     assert_eq!(status["workloads"]["reclaimed"], 1, "{status}");
+    // One idle GPU over the billed evaluations (2 min at 95, 125 and 1 min at 126).
+    let idle = status["idleGpuHoursLast24h"].as_f64().unwrap();
+    assert!((idle - 5.0 / 60.0).abs() < 1e-3, "{status}");
 
     // Wake restores the replicas and restarts the ladder.
     let out = tokio::process::Command::new(BIN)

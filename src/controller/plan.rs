@@ -154,6 +154,13 @@ pub fn billable_hours(last: Option<Timestamp>, now: Timestamp, max_gap: SignedDu
     })
 }
 
+/// Idle GPU-hours "of the last 24 hours" without keeping history: an exponentially
+/// decayed sum (time constant 24 h) to which each evaluation adds `idle_gpus × hours`.
+/// Steady idleness of N GPUs converges to about 24·N, as a true 24-hour window would.
+pub fn decay_24h(previous: f64, idle_gpus: f64, hours: f64) -> f64 {
+    previous * (-hours / 24.0).exp() + idle_gpus * hours
+}
+
 /// Reclaims in place under one policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Reclaimed {
@@ -376,6 +383,19 @@ mod tests {
 #[cfg(test)]
 mod spend_tests {
     use super::*;
+
+    #[test]
+    fn idle_gpu_hours_of_the_last_day_converge_to_a_day_of_idleness_and_fade_after() {
+        let mut v = 0.0;
+        for _ in 0..(24 * 60 * 7) {
+            v = decay_24h(v, 2.0, 1.0 / 60.0);
+        }
+        assert!((v - 48.0).abs() < 0.5, "a week of 2 idle GPUs: {v}");
+        for _ in 0..(24 * 60 * 3) {
+            v = decay_24h(v, 0.0, 1.0 / 60.0);
+        }
+        assert!(v < 48.0 * 0.06, "three quiet days later: {v}");
+    }
 
     fn t(s: &str) -> Timestamp {
         s.parse().unwrap()

@@ -157,6 +157,15 @@ const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// What one evaluation of a policy found, for its status.
+struct Evaluation {
+    counts: WorkloadCounts,
+    hourly_by_namespace: BTreeMap<String, f64>,
+    reclaimed: super::plan::Reclaimed,
+    /// GPUs of the workloads classified idle.
+    idle_gpus: f64,
+}
+
 /// What one observation of the cluster found.
 struct Observed {
     workloads: Vec<Workload>,
@@ -388,6 +397,7 @@ impl Controller {
                 &self.audit,
                 now,
             );
+            let mut idle_gpus = 0.0;
             let mut counts = WorkloadCounts {
                 governed: plan.planned.len() as u32,
                 gpus: plan.gpus.round() as u32,
@@ -398,6 +408,7 @@ impl Controller {
                 let d = &p.decision;
                 if d.verdict.classification.is_idle() {
                     counts.idle += 1;
+                    idle_gpus += w.gpus;
                 }
                 tracing::info!(
                     policy = %name,
@@ -433,8 +444,13 @@ impl Controller {
                     .or_default() += p.decision.hourly_usd;
             }
             let reclaimed = super::plan::reclaimed_holdings(policy, &all, &owners, &namespaces);
-            self.write_status(policy, Some((counts, hourly, reclaimed)), None, now)
-                .await;
+            let evaluation = Evaluation {
+                counts,
+                hourly_by_namespace: hourly,
+                reclaimed,
+                idle_gpus,
+            };
+            self.write_status(policy, Some(evaluation), None, now).await;
         }
         self.metrics.cycle.observe(started.elapsed().as_secs_f64());
         Ok(())
@@ -621,18 +637,20 @@ impl Controller {
     async fn write_status(
         &self,
         policy: &GpuPolicy,
-        evaluated: Option<(
-            WorkloadCounts,
-            BTreeMap<String, f64>,
-            super::plan::Reclaimed,
-        )>,
+        evaluated: Option<Evaluation>,
         telemetry_error: Option<String>,
         now: Timestamp,
     ) {
         let name = policy.metadata.name.clone().unwrap_or_default();
         let mut status: GpuPolicyStatus = policy.status.clone().unwrap_or_default();
         status.observed_generation = policy.metadata.generation;
-        if let Some((mut counts, hourly, reclaimed)) = evaluated {
+        if let Some(Evaluation {
+            mut counts,
+            hourly_by_namespace: hourly,
+            reclaimed,
+            idle_gpus,
+        }) = evaluated
+        {
             // Reclaimed workloads usually have no pods left: counted from their records.
             counts.reclaimed = reclaimed.workloads;
             status.workloads = counts;
@@ -640,6 +658,8 @@ impl Controller {
             let hours = super::plan::billable_hours(last, now, self.max_billing_gap);
             status.reclaimed_gpu_hours += reclaimed.gpus * hours;
             status.estimated_savings_usd += reclaimed.hourly_usd * hours;
+            status.idle_gpu_hours_last24h =
+                super::plan::decay_24h(status.idle_gpu_hours_last24h, idle_gpus, hours);
             status.namespace_spend = super::plan::accrue_spend(
                 &status.namespace_spend,
                 last,
