@@ -27,6 +27,9 @@ pub struct PolicyPlan {
     pub planned: Vec<Planned>,
     /// Governed GPUs.
     pub gpus: f64,
+    /// Workloads this policy matches that another policy (higher priority, or same
+    /// priority and a name sorting first) governs: `(workload, governing policy)`.
+    pub shadowed: Vec<(ObjectKey, String)>,
 }
 
 /// Observations grouped by (namespace, pod), built once per cycle.
@@ -73,6 +76,12 @@ pub fn plan(
             &root.labels,
         );
         if chosen.map(|p| &p.metadata.name) != Some(&policy.metadata.name) {
+            if let Some(winner) = chosen
+                && policy.matches(&root.kind, ns_labels, &root.labels)
+            {
+                out.shadowed
+                    .push((root.key(), winner.metadata.name.clone().unwrap_or_default()));
+            }
             continue;
         }
         out.gpus += w.gpus;
@@ -357,6 +366,38 @@ mod tests {
             now(),
         );
         assert_eq!(acts(&plan), 0);
+    }
+
+    #[test]
+    fn a_workload_governed_by_a_higher_priority_policy_is_reported_as_shadowed() {
+        let low = policy();
+        let mut high = policy();
+        high.metadata.name = Some("high".into());
+        high.spec.priority = 10;
+        let (workloads, observations) = idle_fleet(2, 0);
+        let grouped = by_pod(&observations);
+        let plan = plan(
+            &low,
+            &[&low, &high],
+            &workloads,
+            &HashMap::new(),
+            &grouped,
+            &AuditMemory::default(),
+            now(),
+        );
+        assert_eq!(plan.shadowed.len(), 2);
+        assert_eq!(plan.shadowed[0].1, "high");
+        assert_eq!(plan.shadowed[0].0.to_string(), "ml/Pod/nb-000");
+        let winner = super::plan(
+            &high,
+            &[&low, &high],
+            &workloads,
+            &HashMap::new(),
+            &grouped,
+            &AuditMemory::default(),
+            now(),
+        );
+        assert!(winner.shadowed.is_empty());
     }
 
     #[test]

@@ -160,6 +160,8 @@ const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
 /// What one evaluation of a policy found, for its status.
 struct Evaluation {
     counts: WorkloadCounts,
+    /// Matched workloads another policy governs.
+    shadowed: Vec<(ObjectKey, String)>,
     hourly_by_namespace: BTreeMap<String, f64>,
     reclaimed: super::plan::Reclaimed,
     /// GPUs of the workloads classified idle.
@@ -446,6 +448,7 @@ impl Controller {
             let reclaimed = super::plan::reclaimed_holdings(policy, &all, &owners, &namespaces);
             let evaluation = Evaluation {
                 counts,
+                shadowed: plan.shadowed.clone(),
                 hourly_by_namespace: hourly,
                 reclaimed,
                 idle_gpus,
@@ -646,6 +649,7 @@ impl Controller {
         status.observed_generation = policy.metadata.generation;
         if let Some(Evaluation {
             mut counts,
+            shadowed,
             hourly_by_namespace: hourly,
             reclaimed,
             idle_gpus,
@@ -660,6 +664,37 @@ impl Controller {
             status.estimated_savings_usd += reclaimed.hourly_usd * hours;
             status.idle_gpu_hours_last24h =
                 super::plan::decay_24h(status.idle_gpu_hours_last24h, idle_gpus, hours);
+            let overlapping = !shadowed.is_empty();
+            let mut listed: Vec<String> = shadowed
+                .iter()
+                .take(5)
+                .map(|(w, by)| format!("{w} (by {by})"))
+                .collect();
+            if shadowed.len() > 5 {
+                listed.push(format!("and {} more", shadowed.len() - 5));
+            }
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    "Overlapping",
+                    overlapping,
+                    if overlapping {
+                        "GovernedByAnotherPolicy"
+                    } else {
+                        "NoOverlap"
+                    },
+                    if overlapping {
+                        format!(
+                            "{} workloads this policy matches are governed by another policy (higher priority, or the same priority and an earlier name): {}",
+                            shadowed.len(),
+                            listed.join(", ")
+                        )
+                    } else {
+                        "every workload this policy matches is governed by it".into()
+                    },
+                ),
+                now,
+            );
             status.namespace_spend = super::plan::accrue_spend(
                 &status.namespace_spend,
                 last,
