@@ -348,6 +348,34 @@ async fn audit_mode_changes_nothing_and_reports_what_it_would_do() {
     assert_eq!(after["spec"]["replicas"], 1);
     let events = events_for(&s, "chat");
     assert!(events.iter().any(|(r, _)| r == "IdleGpus"), "{events:?}");
+    // Each run is a new process: the warning of the first run is remembered (in the
+    // controller's own ConfigMap, not on the workload), so the second reports what it
+    // would do instead of warning again.
+    assert_eq!(
+        events.iter().filter(|(r, _)| r == "IdleGpus").count(),
+        1,
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|(r, n)| r == "WouldReclaim" && n.starts_with("Audit mode: would ScaleToZero now")),
+        "{events:?}"
+    );
+    let state = s
+        .sim
+        .get(
+            "",
+            "configmaps",
+            "gpu-reaper",
+            "gpu-reaper-controller-audit",
+        )
+        .unwrap();
+    assert!(
+        state["data"]["state.json"]
+            .as_str()
+            .unwrap()
+            .contains("\"name\":\"chat\""),
+        "{state}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,7 +24,9 @@ pub struct OwnerRef {
 }
 
 /// Identity of an object: API group (no version), kind, namespace, name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct ObjectKey {
     pub group: String,
     pub kind: String,

@@ -41,12 +41,62 @@ pub fn by_pod(observations: &Observations) -> HashMap<(&str, &str), Vec<&GpuObse
     out
 }
 
-/// Ladder state kept in memory in Audit mode, where gpu-reaper writes nothing on
-/// workloads: when each was warned and when it would have been acted on.
-#[derive(Debug, Clone, Default)]
+/// Ladder state of Audit mode, where gpu-reaper writes nothing on workloads: when each
+/// was warned and when it would have been acted on. The controller keeps it in a
+/// ConfigMap of its own namespace so a restart or a new leader does not warn again.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AuditMemory {
     pub warned_at: HashMap<ObjectKey, Timestamp>,
     pub would_act_at: HashMap<ObjectKey, Timestamp>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEntry {
+    workload: ObjectKey,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    warned_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    would_act_at: Option<Timestamp>,
+}
+
+impl AuditMemory {
+    /// As JSON, dropping entries older than `keep` before `now` (bounded size).
+    pub fn to_json(&self, now: Timestamp, keep: SignedDuration) -> String {
+        let oldest = now - keep;
+        let mut keys: Vec<&ObjectKey> = self
+            .warned_at
+            .keys()
+            .chain(self.would_act_at.keys())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let entries: Vec<AuditEntry> = keys
+            .into_iter()
+            .map(|k| AuditEntry {
+                workload: k.clone(),
+                warned_at: self.warned_at.get(k).copied().filter(|t| *t >= oldest),
+                would_act_at: self.would_act_at.get(k).copied().filter(|t| *t >= oldest),
+            })
+            .filter(|e| e.warned_at.is_some() || e.would_act_at.is_some())
+            .collect();
+        serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// From [`AuditMemory::to_json`]; anything unreadable starts empty.
+    pub fn from_json(text: &str) -> Self {
+        let entries: Vec<AuditEntry> = serde_json::from_str(text).unwrap_or_default();
+        let mut out = Self::default();
+        for e in entries {
+            if let Some(t) = e.warned_at {
+                out.warned_at.insert(e.workload.clone(), t);
+            }
+            if let Some(t) = e.would_act_at {
+                out.would_act_at.insert(e.workload, t);
+            }
+        }
+        out
+    }
 }
 
 /// Evaluates `policy` over the inventory. `policies` are all policies (a workload is

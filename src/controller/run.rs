@@ -157,6 +157,51 @@ const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// Audit-mode ladder state from its ConfigMap; empty when there is none yet.
+async fn load_audit_memory(client: &Client, namespace: &str, name: &str) -> AuditMemory {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(Some(cm)) => cm
+            .data
+            .and_then(|d| d.get("state.json").map(|t| AuditMemory::from_json(t)))
+            .unwrap_or_default(),
+        Ok(None) => AuditMemory::default(),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the Audit-mode state; starting empty (warnings may repeat)");
+            AuditMemory::default()
+        }
+    }
+}
+
+/// Saves the Audit-mode ladder state (server-side apply; entries older than 7 days go).
+async fn save_audit_memory(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    audit: &AuditMemory,
+    now: Timestamp,
+) {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), namespace);
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"state.json": audit.to_json(now, SignedDuration::from_hours(24 * 7))},
+    });
+    if let Err(e) = api
+        .patch(
+            name,
+            &PatchParams::apply("gpu-reaper").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "could not save the Audit-mode state");
+    }
+}
+
 /// What one evaluation of a policy found, for its status.
 struct Evaluation {
     counts: WorkloadCounts,
@@ -843,6 +888,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             Some(caches)
         };
         let policy_changed = caches.as_ref().map(|c| c.policy_changed.clone());
+        let audit_configmap = format!("{}-audit", args.lease_name);
         let mut controller = Controller {
             client: client.clone(),
             notifiers,
@@ -851,7 +897,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             scrape_interval: scrape,
             selector_labels: workload_labels(&args.prometheus),
             resources: settings.resources,
-            audit: AuditMemory::default(),
+            audit: load_audit_memory(&client, &args.lease_namespace, &audit_configmap).await,
             metrics: metrics.clone(),
             max_billing_gap: SignedDuration::try_from(interval * 2)
                 .unwrap_or(SignedDuration::from_mins(2)),
@@ -900,7 +946,19 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             controller.metrics.leader.set(i64::from(leading));
             if leading {
                 let now = fixed_now.unwrap_or_else(Timestamp::now);
-                match controller.cycle(now).await {
+                let before = controller.audit.clone();
+                let result = controller.cycle(now).await;
+                if controller.audit != before {
+                    save_audit_memory(
+                        &controller.client,
+                        &args.lease_namespace,
+                        &audit_configmap,
+                        &controller.audit,
+                        now,
+                    )
+                    .await;
+                }
+                match result {
                     Ok(()) => ready.store(true, Ordering::Relaxed),
                     Err(e) => {
                         tracing::warn!(error = %e, "evaluation failed");
