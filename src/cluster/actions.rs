@@ -46,6 +46,12 @@ pub struct RestoreRecord {
 }
 
 impl RestoreRecord {
+    /// The value of `gpureaper.io/restore`.
+    pub fn to_annotation(&self) -> String {
+        // A struct of strings, numbers and bools always serializes.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
     pub fn parse(annotations: &std::collections::BTreeMap<String, String>) -> Option<Self> {
         serde_json::from_str(annotations.get(keys::RESTORE)?).ok()
     }
@@ -98,6 +104,29 @@ fn annotate(pairs: &[(&str, Option<String>)]) -> serde_json::Value {
         );
     }
     json!({"metadata": {"annotations": map}})
+}
+
+/// The annotations of a reclaim: the restore record, when, and which action.
+fn reclaim_annotations(record: &RestoreRecord, action: &str, now: Timestamp) -> serde_json::Value {
+    annotate(&[
+        (keys::RESTORE, Some(record.to_annotation())),
+        (keys::REAPED_AT, Some(now.to_string())),
+        (keys::REAPED_ACTION, Some(action.into())),
+    ])
+}
+
+/// One merge patch on the root workload; `what` says what it was for when it fails.
+pub async fn merge_patch(
+    client: &Client,
+    root: &ObjectInfo,
+    patch: &serde_json::Value,
+    what: String,
+) -> Result<(), ActionError> {
+    api_for(client, root)
+        .patch(&root.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(err(what))
 }
 
 /// Acts on `root` (and its `pods` for Evict) as `action` says.
@@ -154,17 +183,14 @@ pub async fn scale_to_zero(
                 state: "pending".into(),
                 ..RestoreRecord::default()
             };
-            let patch = annotate(&[
-                (
-                    keys::RESTORE,
-                    Some(serde_json::to_string(&record).unwrap_or_default()),
-                ),
-                (keys::REAPED_AT, Some(now.to_string())),
-                (keys::REAPED_ACTION, Some("ScaleToZero".into())),
-            ]);
-            api.patch(&root.name, &pp, &Patch::Merge(&patch))
-                .await
-                .map_err(err(format!("recording the restore point of {key}")))?;
+            let patch = reclaim_annotations(&record, "ScaleToZero", now);
+            merge_patch(
+                client,
+                root,
+                &patch,
+                format!("recording the restore point of {key}"),
+            )
+            .await?;
             current
         }
     };
@@ -180,13 +206,14 @@ pub async fn scale_to_zero(
         state: "done".into(),
         ..RestoreRecord::default()
     };
-    let patch = annotate(&[(
-        keys::RESTORE,
-        Some(serde_json::to_string(&done).unwrap_or_default()),
-    )]);
-    api.patch(&root.name, &pp, &Patch::Merge(&patch))
-        .await
-        .map_err(err(format!("marking the restore point of {key} done")))?;
+    let patch = annotate(&[(keys::RESTORE, Some(done.to_annotation()))]);
+    merge_patch(
+        client,
+        root,
+        &patch,
+        format!("marking the restore point of {key} done"),
+    )
+    .await?;
     Ok(Outcome::Done(format!(
         "scaled {key} from {replicas} replicas to 0"
     )))
@@ -208,24 +235,14 @@ pub async fn suspend(
             root.kind
         )));
     };
-    let api = api_for(client, root);
     let record = RestoreRecord {
         suspend: Some(false),
         state: "done".into(),
         ..RestoreRecord::default()
     };
-    let mut patch = annotate(&[
-        (
-            keys::RESTORE,
-            Some(serde_json::to_string(&record).unwrap_or_default()),
-        ),
-        (keys::REAPED_AT, Some(now.to_string())),
-        (keys::REAPED_ACTION, Some("Suspend".into())),
-    ]);
+    let mut patch = reclaim_annotations(&record, "Suspend", now);
     patch["spec"] = suspend_patch(path, true);
-    api.patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(err(format!("suspending {key}")))?;
+    merge_patch(client, root, &patch, format!("suspending {key}")).await?;
     Ok(Outcome::Done(format!("suspended {key}")))
 }
 
@@ -308,18 +325,14 @@ pub async fn deactivate_kueue_workload(
         state: "done".into(),
         ..RestoreRecord::default()
     };
-    let patch = annotate(&[
-        (
-            keys::RESTORE,
-            Some(serde_json::to_string(&record).unwrap_or_default()),
-        ),
-        (keys::REAPED_AT, Some(now.to_string())),
-        (keys::REAPED_ACTION, Some("Suspend".into())),
-    ]);
-    api_for(client, root)
-        .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(err(format!("recording the restore point of {key}")))?;
+    let patch = reclaim_annotations(&record, "Suspend", now);
+    merge_patch(
+        client,
+        root,
+        &patch,
+        format!("recording the restore point of {key}"),
+    )
+    .await?;
     api.patch(
         &name,
         &PatchParams::default(),
@@ -355,19 +368,12 @@ pub async fn stop_notebook(
         state: "done".into(),
         ..RestoreRecord::default()
     };
-    let patch = annotate(&[
-        (
-            keys::RESTORE,
-            Some(serde_json::to_string(&record).unwrap_or_default()),
-        ),
-        (keys::REAPED_AT, Some(now.to_string())),
-        (keys::REAPED_ACTION, Some("ScaleToZero".into())),
-        (NOTEBOOK_STOPPED, Some(now.to_string())),
-    ]);
-    api_for(client, root)
-        .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(err(format!("stopping {key}")))?;
+    let patch = {
+        let mut patch = reclaim_annotations(&record, "ScaleToZero", now);
+        patch["metadata"]["annotations"][NOTEBOOK_STOPPED] = now.to_string().into();
+        patch
+    };
+    merge_patch(client, root, &patch, format!("stopping {key}")).await?;
     Ok(Outcome::Done(format!("stopped {key} ({NOTEBOOK_STOPPED})")))
 }
 
@@ -455,14 +461,13 @@ pub async fn forget(
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
     let key = root.key();
-    api_for(client, root)
-        .patch(
-            &root.name,
-            &PatchParams::default(),
-            &Patch::Merge(&restart_ladder_patch(now)),
-        )
-        .await
-        .map_err(err(format!("clearing the reclaim annotations of {key}")))?;
+    merge_patch(
+        client,
+        root,
+        &restart_ladder_patch(now),
+        format!("clearing the reclaim annotations of {key}"),
+    )
+    .await?;
     Ok(Outcome::Done(format!(
         "{key} was scaled back up by its owner; its idle ladder starts again"
     )))
@@ -498,9 +503,7 @@ pub async fn wake(
         }) => {
             let mut patch = clear.clone();
             patch["spec"] = suspend_patch(suspend_path(root).unwrap_or(&["suspend"]), *s);
-            api.patch(&root.name, &pp, &Patch::Merge(&patch))
-                .await
-                .map_err(err(format!("resuming {key}")))?;
+            merge_patch(client, root, &patch, format!("resuming {key}")).await?;
             return Ok(Outcome::Done(format!("resumed {key}")));
         }
         Some(RestoreRecord {
@@ -523,15 +526,17 @@ pub async fn wake(
         }) => {
             let mut patch = clear.clone();
             patch["metadata"]["annotations"][a.as_str()] = serde_json::Value::Null;
-            api.patch(&root.name, &pp, &Patch::Merge(&patch))
-                .await
-                .map_err(err(format!("starting {key} again")))?;
+            merge_patch(client, root, &patch, format!("starting {key} again")).await?;
             return Ok(Outcome::Done(format!("started {key} again (removed {a})")));
         }
         _ => format!("restarted the idle ladder of {key} (nothing to restore)"),
     };
-    api.patch(&root.name, &pp, &Patch::Merge(&clear))
-        .await
-        .map_err(err(format!("clearing the reclaim annotations of {key}")))?;
+    merge_patch(
+        client,
+        root,
+        &clear,
+        format!("clearing the reclaim annotations of {key}"),
+    )
+    .await?;
     Ok(Outcome::Done(what))
 }

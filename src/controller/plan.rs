@@ -360,6 +360,21 @@ mod tests {
         (resolve(pods, &HashMap::new()), observations)
     }
 
+    /// `policy`'s plan over `n` idle workloads, with `all` the policies in the cluster.
+    fn plan_fleet(policy: &GpuPolicy, all: &[&GpuPolicy], n: usize, reaped: usize) -> PolicyPlan {
+        let (workloads, observations) = idle_fleet(n, reaped);
+        let grouped = by_pod(&observations);
+        plan(
+            policy,
+            all,
+            &workloads,
+            &HashMap::new(),
+            &grouped,
+            &AuditMemory::default(),
+            now(),
+        )
+    }
+
     fn acts(plan: &PolicyPlan) -> usize {
         plan.planned
             .iter()
@@ -370,17 +385,7 @@ mod tests {
     #[test]
     fn two_hundred_idle_workloads_get_exactly_max_per_hour_actions_longest_idle_first() {
         let p = policy();
-        let (workloads, observations) = idle_fleet(200, 0);
-        let grouped = by_pod(&observations);
-        let plan = plan(
-            &p,
-            &[&p],
-            &workloads,
-            &HashMap::new(),
-            &grouped,
-            &AuditMemory::default(),
-            now(),
-        );
+        let plan = plan_fleet(&p, &[&p], 200, 0);
         assert_eq!(plan.planned.len(), 200);
         assert_eq!(acts(&plan), 20);
         // The longest idle (highest index: idle longest) are the ones acted on.
@@ -404,17 +409,7 @@ mod tests {
     fn actions_taken_in_the_last_hour_count_against_the_budget() {
         let p = policy();
         // 20 were reclaimed ten minutes ago (their pods are still listed while they stop).
-        let (workloads, observations) = idle_fleet(200, 20);
-        let grouped = by_pod(&observations);
-        let plan = plan(
-            &p,
-            &[&p],
-            &workloads,
-            &HashMap::new(),
-            &grouped,
-            &AuditMemory::default(),
-            now(),
-        );
+        let plan = plan_fleet(&p, &[&p], 200, 20);
         assert_eq!(acts(&plan), 0);
     }
 
@@ -424,29 +419,11 @@ mod tests {
         let mut high = policy();
         high.metadata.name = Some("high".into());
         high.spec.priority = 10;
-        let (workloads, observations) = idle_fleet(2, 0);
-        let grouped = by_pod(&observations);
-        let plan = plan(
-            &low,
-            &[&low, &high],
-            &workloads,
-            &HashMap::new(),
-            &grouped,
-            &AuditMemory::default(),
-            now(),
-        );
+        let plan = plan_fleet(&low, &[&low, &high], 2, 0);
         assert_eq!(plan.shadowed.len(), 2);
         assert_eq!(plan.shadowed[0].1, "high");
         assert_eq!(plan.shadowed[0].0.to_string(), "ml/Pod/nb-000");
-        let winner = super::plan(
-            &high,
-            &[&low, &high],
-            &workloads,
-            &HashMap::new(),
-            &grouped,
-            &AuditMemory::default(),
-            now(),
-        );
+        let winner = plan_fleet(&high, &[&low, &high], 2, 0);
         assert!(winner.shadowed.is_empty());
     }
 
@@ -456,17 +433,7 @@ mod tests {
         let mut high = policy();
         high.metadata.name = Some("high".into());
         high.spec.priority = 10;
-        let (workloads, observations) = idle_fleet(3, 0);
-        let grouped = by_pod(&observations);
-        let plan = plan(
-            &low,
-            &[&low, &high],
-            &workloads,
-            &HashMap::new(),
-            &grouped,
-            &AuditMemory::default(),
-            now(),
-        );
+        let plan = plan_fleet(&low, &[&low, &high], 3, 0);
         assert!(plan.planned.is_empty());
     }
 }

@@ -606,9 +606,13 @@ impl Controller {
                 } else {
                     let patch =
                         json!({"metadata": {"annotations": {keys::WARNED_AT: now.to_string()}}});
-                    if let Err(e) = actions::api_for(&self.client, root)
-                        .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
+                    if let Err(e) = actions::merge_patch(
+                        &self.client,
+                        root,
+                        &patch,
+                        "recording the warning".into(),
+                    )
+                    .await
                     {
                         tracing::warn!(workload = %key, error = %e, "could not record the warning; retried next cycle");
                         return;
@@ -674,9 +678,13 @@ impl Controller {
     async fn record_reclaimed(&self, root: &ObjectInfo, gpus: f64, hourly_usd: f64) {
         let held = json!({"gpus": gpus, "hourlyUsd": hourly_usd}).to_string();
         let patch = json!({"metadata": {"annotations": {keys::RECLAIMED: held}}});
-        if let Err(e) = actions::api_for(&self.client, root)
-            .patch(&root.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+        if let Err(e) = actions::merge_patch(
+            &self.client,
+            root,
+            &patch,
+            "recording what was reclaimed".into(),
+        )
+        .await
         {
             tracing::warn!(workload = %root.key(), error = %e, "could not record what was reclaimed (status figures only)");
         }
