@@ -295,12 +295,16 @@ fn review(
 
 /// POSTs the review to the webhook and returns its parsed answer.
 async fn call(shared: &Shared, client_config: &Value, review: &Value) -> Result<Value, String> {
+    // A service reference is verified against the name kube-apiserver uses for it,
+    // `<name>.<namespace>.svc`, whatever address the route points at.
+    let mut tls_name: Option<String> = None;
     let url = match (client_config["url"].as_str(), client_config.get("service")) {
         (Some(url), _) => url.to_string(),
         (None, Some(service)) => {
             let ns = service["namespace"].as_str().unwrap_or_default();
             let name = service["name"].as_str().unwrap_or_default();
             let path = service["path"].as_str().unwrap_or("/");
+            tls_name = Some(format!("{name}.{ns}.svc"));
             let routes = shared
                 .service_routes
                 .lock()
@@ -339,7 +343,7 @@ async fn call(shared: &Shared, client_config: &Value, review: &Value) -> Result<
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
         .map_err(|e| post_err(e.to_string()))?;
-    let server_name = rustls::pki_types::ServerName::try_from(host.clone())
+    let server_name = rustls::pki_types::ServerName::try_from(tls_name.unwrap_or(host.clone()))
         .map_err(|e| post_err(e.to_string()))?;
     let stream = tokio_rustls::TlsConnector::from(tls)
         .connect(server_name, tcp)

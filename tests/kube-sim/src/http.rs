@@ -84,6 +84,8 @@ pub struct Req {
     pub accept: String,
     pub content_type: String,
     pub user_agent: String,
+    /// The `Authorization` header (a service-account token makes the request RBAC-checked).
+    pub authorization: String,
     pub body: Bytes,
 }
 
@@ -215,6 +217,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         accept: header(header::ACCEPT),
         content_type: header(header::CONTENT_TYPE),
         user_agent: header(header::USER_AGENT),
+        authorization: header(header::AUTHORIZATION),
         body,
     };
     if !req.accept.is_empty()
@@ -452,6 +455,7 @@ async fn resource(
     is_watch: bool,
 ) -> Result<Response<Body>, ApiError> {
     let target = resolve(shared, group, version, rest)?;
+    authorize(shared, req, group, &target, is_watch)?;
     if target.t.namespaced && target.namespace.is_none() && target.name.is_some() {
         return Err(not_found_path());
     }
@@ -473,6 +477,58 @@ async fn resource(
             "the server does not allow this method on the requested resource ({} {})",
             req.method, req.path
         ))),
+    }
+}
+
+/// RBAC for service-account callers (see [`crate::rbac`]); everyone else is admin.
+fn authorize(
+    shared: &Shared,
+    req: &Req,
+    group: &str,
+    target: &Target,
+    is_watch: bool,
+) -> Result<(), ApiError> {
+    let Some((sa_ns, sa_name)) = crate::rbac::service_account(&req.authorization) else {
+        return Ok(());
+    };
+    let resource = match &target.sub {
+        Some(sub) => format!("{}/{sub}", target.t.plural),
+        None => target.t.plural.clone(),
+    };
+    let mut access = crate::rbac::Access {
+        user: format!("system:serviceaccount:{sa_ns}:{sa_name}"),
+        verb: crate::rbac::verb(req.method.as_str(), target.name.is_some(), is_watch).into(),
+        group: group.to_string(),
+        resource,
+        namespace: target.ns().to_string(),
+        name: target.name().to_string(),
+        allowed: false,
+    };
+    access.allowed = crate::rbac::allowed(&shared.store.lock(), &sa_ns, &sa_name, &access);
+    let refused = (!access.allowed).then(|| {
+        let object = if access.name.is_empty() {
+            target.t.plural.clone()
+        } else {
+            format!("{}.{} \"{}\"", target.t.plural, group, access.name)
+        };
+        let scope = if access.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{}\"", access.namespace)
+        };
+        format!(
+            "{object} is forbidden: User \"{}\" cannot {} resource \"{}\" in API group \"{group}\" {scope}",
+            access.user, access.verb, access.resource
+        )
+    });
+    shared
+        .accesses
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(access);
+    match refused {
+        Some(message) => Err(ApiError::new(403, "Forbidden", message)),
+        None => Ok(()),
     }
 }
 

@@ -20,6 +20,7 @@ pub mod http;
 pub mod objects;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
 pub mod read;
 pub mod resources;
 pub mod schema;
@@ -88,6 +89,8 @@ pub struct Shared {
     pub config: Config,
     /// Where webhook `clientConfig.service` references are sent: (namespace, name) → base URL.
     pub service_routes: Mutex<HashMap<(String, String), String>>,
+    /// Requests made by service accounts, in order (see [`rbac`]).
+    pub accesses: Mutex<Vec<rbac::Access>>,
 }
 
 /// A running kube-sim; stops when dropped.
@@ -126,6 +129,7 @@ impl KubeSim {
                 trace: std::env::var_os("KUBE_SIM_TRACE").is_some(),
             },
             service_routes: Mutex::new(HashMap::new()),
+            accesses: Mutex::new(Vec::new()),
         });
         let (tls_config, ca_pem, url) = if options.tls {
             let pki =
@@ -364,6 +368,15 @@ impl KubeSim {
     /// Breaks every open watch connection.
     pub fn drop_watches(&self) {
         self.shared.faults.drop_watches();
+    }
+
+    /// Every request made with a service-account token so far, allowed or refused by RBAC.
+    pub fn accesses(&self) -> Vec<rbac::Access> {
+        self.shared
+            .accesses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sends webhooks configured with `clientConfig.service` {namespace, name} to

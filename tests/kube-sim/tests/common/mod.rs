@@ -138,7 +138,8 @@ impl Webhook {
         delay: Duration,
     ) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let pki = Pki::generate(&["localhost", "127.0.0.1"]).expect("webhook certificate");
+        let pki = Pki::generate(&["localhost", "127.0.0.1", "webhook.gpu-reaper.svc"])
+            .expect("webhook certificate");
         let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config().expect("webhook tls"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
