@@ -42,3 +42,69 @@ fn every_resource_example_in_the_docs_is_valid() {
     }
     assert!(checked >= 4, "only {checked} examples found");
 }
+
+/// Leaf field paths under `spec` of a CRD's schema (`idle.window`, `match.kinds`…);
+/// label selectors count as one field.
+fn spec_fields(schema: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+    match schema.get("properties").and_then(|p| p.as_object()) {
+        Some(props) if !prefix.ends_with("Selector") => {
+            for (name, sub) in props {
+                let path = if prefix.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}.{name}")
+                };
+                spec_fields(sub, &path, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
+
+#[test]
+fn the_policy_reference_documents_every_field_of_the_crd_and_no_other() {
+    let crds =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml"))
+            .unwrap();
+    let crd = crds
+        .split("\n---")
+        .map(|doc| serde_yaml::from_str::<serde_json::Value>(doc).unwrap())
+        .find(|d| d["spec"]["names"]["kind"] == "GpuPolicy")
+        .expect("the GpuPolicy CRD");
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut fields = Vec::new();
+    spec_fields(spec, "", &mut fields);
+    assert!(fields.len() > 20, "{fields:?}");
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/policies.md")).unwrap();
+    // The reference table: rows "| `field` | default | meaning |".
+    let documented: Vec<&str> = reference
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let missing: Vec<&String> = fields
+        .iter()
+        .filter(|f| {
+            !documented
+                .iter()
+                .any(|d| d == f || f.starts_with(&format!("{d}.")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/policies.md has no row for {missing:?}: add one to its table"
+    );
+    let unknown: Vec<&&str> = documented
+        .iter()
+        .filter(|d| {
+            !fields
+                .iter()
+                .any(|f| f == *d || f.starts_with(&format!("{d}.")))
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/policies.md documents fields the CRD does not have: {unknown:?}"
+    );
+}
