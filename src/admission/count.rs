@@ -31,7 +31,8 @@ pub struct GpuResources {
     /// `nvidia.com/mig-`). One unit counts N / `mig_slices_per_gpu` of a GPU (at most one
     /// GPU). N is read from the first `<N>g` segment, so `1c.3g.20gb` (a compute instance
     /// of a 3g slice) counts 3 and `1g.10gb+me` counts 1. A name with no readable `<N>g`
-    /// counts as the smallest slice, 1 / `mig_slices_per_gpu`.
+    /// counts as a whole GPU, the same rule as idle-time prices
+    /// ([`crate::engine::cost::mig_profile_share`]): never under-counted.
     pub mig_prefix: String,
     /// Compute slices per physical GPU (7 on A100/H100). Not a positive number: every MIG
     /// unit counts as a whole GPU.
@@ -78,16 +79,11 @@ impl GpuResources {
         if self.mig_prefix.is_empty() {
             return None;
         }
-        let per_gpu = self.mig_slices_per_gpu;
-        if !(per_gpu.is_finite() && per_gpu > 0.0) {
-            return Some(1.0);
-        }
-        let slices = profile
-            .split('.')
-            .find_map(|segment| segment.strip_suffix('g')?.parse::<u32>().ok())
-            .filter(|n| *n > 0)
-            .unwrap_or(1);
-        Some((f64::from(slices) / per_gpu).min(1.0))
+        // One rule with the idle-time prices: an unreadable profile is a whole GPU.
+        Some(crate::engine::cost::mig_profile_share(
+            profile,
+            self.mig_slices_per_gpu,
+        ))
     }
 
     fn is_gpu_class(&self, class: &str) -> bool {
@@ -1843,12 +1839,12 @@ mod tests {
         assert!((c.gpus - 2.0 / 7.0).abs() < 1e-12, "{}", c.gpus);
         assert_eq!(c.basis, "1 pod × 0.29 GPU");
         // 3g.40gb → 3/7; a compute instance 1c.3g.20gb → 3/7; 7g.80gb → 1; an unreadable
-        // profile → the smallest slice, 1/7. Sum: 3/7 + 3/7 + 7/7 + 1/7 = 2.
+        // profile → a whole GPU, 1. Sum: 3/7 + 3/7 + 7/7 + 7/7 = 20/7.
         let spec = json!({"containers": [{"name": "m", "resources": {"limits": {
             "nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-1c.3g.20gb": 1,
             "nvidia.com/mig-7g.80gb": 1, "nvidia.com/mig-weird": 1}}}]});
         let c = claim(&pod(spec));
-        assert!((c.gpus - 2.0).abs() < 1e-12, "{}", c.gpus);
+        assert!((c.gpus - 20.0 / 7.0).abs() < 1e-12, "{}", c.gpus);
     }
 
     #[test]
