@@ -286,6 +286,26 @@ async fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upg
         );
     }
 
+    // kubectl accepts the rendered manifest as it is (a server-side dry run of all of it).
+    let (ok, text) = kubectl(
+        &sim,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        Some(out["manifest"].as_str().unwrap()),
+    )
+    .await;
+    assert!(ok, "kubectl apply of the rendered chart: {text}");
+    assert!(
+        text.contains("deployment.apps/gpu-reaper-webhook serverside-applied (server dry run)"),
+        "{text}"
+    );
+
     let controller = find(&objects, "Deployment", "gpu-reaper-controller");
     let webhook = find(&objects, "Deployment", "gpu-reaper-webhook");
     check_hardened(controller);
@@ -569,7 +589,7 @@ fn at(minutes: i64) -> String {
 /// pod `ml/scratch`.
 fn idle_history() -> Vec<u8> {
     let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
-    for pod in ["chat-0", "train-0", "scratch"] {
+    for pod in ["chat-0", "train-0", "scratch", "nb-0", "queued-0"] {
         // Every 30 s, the chart's default --scrape-interval.
         for step in 0..=360 {
             let _ = writeln!(
@@ -616,7 +636,47 @@ fn workloads() -> Vec<Value> {
             ),
         ),
         pod("scratch", None),
+        // A Kubeflow Notebook (its controller's StatefulSet and pod) ...
+        crd("kubeflow.org", "Notebook", "notebooks"),
+        json!({"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": {"name": "nb", "namespace": "ml"},
+               "spec": {"template": {"spec": {"containers": [{"name": "nb", "image": "jupyter", "resources": gpu}]}}}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "nb", "namespace": "ml",
+               "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "name": "nb", "uid": "u-nb", "controller": true}]},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "nb"}}, "template": {"metadata": {"labels": {"app": "nb"}}, "spec": {"containers": [{"name": "nb", "image": "jupyter"}]}}}}),
+        pod(
+            "nb-0",
+            Some(
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "nb", "uid": "u-sts", "controller": true}),
+            ),
+        ),
+        // ... and a Job queued by Kueue, with the Workload Kueue made for it.
+        crd("kueue.x-k8s.io", "Workload", "workloads"),
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "queued", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team"}},
+               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
+        pod(
+            "queued-0",
+            Some(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "name": "queued", "uid": "u-q", "controller": true}),
+            ),
+        ),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "job-queued", "namespace": "ml",
+               "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "queued", "uid": "u-q", "controller": true}]},
+               "spec": {"active": true, "queueName": "team", "podSets": []}}),
     ]
+}
+
+fn crd(group: &str, kind: &str, plural: &str) -> Value {
+    let version = if group == "kueue.x-k8s.io" {
+        "v1beta2"
+    } else {
+        "v1"
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": format!("{plural}.{group}")},
+           "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                    "versions": [{"name": version, "served": true, "storage": true,
+                                  "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
 }
 
 fn policies() -> String {
@@ -625,6 +685,7 @@ fn policies() -> String {
         ("serve", "Deployment", "ScaleToZero"),
         ("batch", "Job", "Suspend"),
         ("bare", "Pod", "Evict"),
+        ("notebooks", "Notebook", "ScaleToZero"),
     ] {
         let _ = write!(
             out,
@@ -759,6 +820,23 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
     let job = sim.get("batch", "jobs", "ml", "train").unwrap();
     assert_eq!(job["spec"]["suspend"], true, "suspended");
     assert!(sim.get("", "pods", "ml", "scratch").is_none(), "evicted");
+    let notebook = sim.get("kubeflow.org", "notebooks", "ml", "nb").unwrap();
+    assert!(
+        notebook["metadata"]["annotations"]["kubeflow-resource-stopped"].is_string(),
+        "the notebook is stopped: {notebook}"
+    );
+    let workload = sim
+        .get("kueue.x-k8s.io", "workloads", "ml", "job-queued")
+        .unwrap();
+    assert_eq!(
+        workload["spec"]["active"], false,
+        "Kueue's Workload deactivated"
+    );
+    let queued = sim.get("batch", "jobs", "ml", "queued").unwrap();
+    assert!(
+        queued["spec"]["suspend"].is_null(),
+        "gpu-reaper never fights Kueue over spec.suspend"
+    );
 
     // Every call both components made was granted by the chart's RBAC, and the calls
     // that matter were made.
@@ -775,6 +853,8 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
         (":gpu-reaper-controller", "patch", "deployments/scale"),
         (":gpu-reaper-controller", "patch", "jobs"),
         (":gpu-reaper-controller", "create", "pods/eviction"),
+        (":gpu-reaper-controller", "patch", "notebooks"),
+        (":gpu-reaper-controller", "patch", "workloads"),
         (":gpu-reaper-controller", "patch", "gpupolicies/status"),
         (":gpu-reaper-controller", "create", "leases"),
         (":gpu-reaper-controller", "create", "events"),
