@@ -589,7 +589,7 @@ fn at(minutes: i64) -> String {
 /// pod `ml/scratch`.
 fn idle_history() -> Vec<u8> {
     let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
-    for pod in ["chat-0", "train-0", "scratch", "nb-0", "queued-0"] {
+    for pod in ["chat-0", "train-0", "scratch", "nb-0", "queued-0", "db-0"] {
         // Every 30 s, the chart's default --scrape-interval.
         for step in 0..=360 {
             let _ = writeln!(
@@ -636,6 +636,10 @@ fn workloads() -> Vec<Value> {
             ),
         ),
         pod("scratch", None),
+        // A StatefulSet no Enforce policy takes: the chart's Audit sample policy governs it.
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ml"},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}}, "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
+        pod("db-0", Some(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-db", "controller": true}))),
         // A Kubeflow Notebook (its controller's StatefulSet and pod) ...
         crd("kubeflow.org", "Notebook", "notebooks"),
         json!({"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": {"name": "nb", "namespace": "ml"},
@@ -820,6 +824,8 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
     let job = sim.get("batch", "jobs", "ml", "train").unwrap();
     assert_eq!(job["spec"]["suspend"], true, "suspended");
     assert!(sim.get("", "pods", "ml", "scratch").is_none(), "evicted");
+    let db = sim.get("apps", "statefulsets", "ml", "db").unwrap();
+    assert_eq!(db["spec"]["replicas"], 1, "the Audit sample policy never acts");
     let notebook = sim.get("kubeflow.org", "notebooks", "ml", "nb").unwrap();
     assert!(
         notebook["metadata"]["annotations"]["kubeflow-resource-stopped"].is_string(),
@@ -857,6 +863,8 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
         (":gpu-reaper-controller", "patch", "workloads"),
         (":gpu-reaper-controller", "patch", "gpupolicies/status"),
         (":gpu-reaper-controller", "create", "leases"),
+        (":gpu-reaper-controller", "get", "configmaps"),
+        (":gpu-reaper-controller", "patch", "configmaps"),
         (":gpu-reaper-controller", "create", "events"),
     ] {
         assert!(
