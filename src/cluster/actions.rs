@@ -2,10 +2,19 @@
 //!
 //! Every action records what restoring needs in `gpureaper.io/restore` before, or in the
 //! same write as, the change (invariant 5):
-//! - ScaleToZero (`/scale` subresource): first an annotation write with the replica count
-//!   and `"state": "pending"`, then the scale to 0, then `"state": "done"`. A controller
-//!   killed in between finds `pending` and finishes the scale (the same action, not a
-//!   second one); `done` with replicas above 0 means the owner scaled it back by hand.
+//! - ScaleToZero (`/scale` subresource, found by API discovery for any kind): first an
+//!   annotation write with the replica count and `"state": "pending"`, then the scale to
+//!   0, then `"state": "done"`. A controller killed in between finds `pending` and
+//!   finishes the scale (the same action, not a second one); `done` with replicas above 0
+//!   means the owner scaled it back by hand. A kind without `/scale` gets
+//!   [`Outcome::Unsupported`] naming what works instead, never an error.
+//! - ScaleToZero on a KServe InferenceService / LLMInferenceService: KServe's own stop
+//!   annotation `serving.kserve.io/stop: "true"`, in one write with the record (its
+//!   previous value kept); an InferenceService whose KServe predates the annotation gets
+//!   `spec.predictor.minReplicas: 0` (Serverless scale-to-zero) instead.
+//! - ScaleToZero on a RayCluster, and ScaleToZero or Suspend on a RayService (which has
+//!   no `spec.suspend`): the worker groups of the RayCluster (a RayService's active one)
+//!   go to 0 replicas, minReplicas and maxReplicas, recorded first as with `/scale`.
 //! - Suspend (Job `spec.suspend`): one merge patch carries the annotations and the suspend.
 //! - Evict: a policy/v1 Eviction per pod; a PodDisruptionBudget refusal (429) is reported
 //!   and retried on a later cycle, never forced.
@@ -19,7 +28,8 @@ use kube::{Api, Client};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::inventory::{ObjectInfo, PodInfo};
+use super::discovery;
+use super::inventory::{ObjectInfo, PodInfo, group_of};
 use crate::api::keys;
 use crate::api::policy::ActionType;
 
@@ -35,14 +45,42 @@ pub struct RestoreRecord {
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
-    /// An annotation the action set and restoring removes (Notebook stop).
+    /// An annotation the action set (Notebook stop, KServe stop); restoring puts back
+    /// `annotation_value`, or removes the annotation when that is absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotation: Option<String>,
+    /// The value `annotation` had before the action (absent: it was not set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation_value: Option<String>,
+    /// A merge patch of `spec` that puts back what the action changed; `null` removes a
+    /// field that was absent (e.g. `{"predictor": {"minReplicas": null}}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_patch: Option<serde_json::Value>,
+    /// The RayCluster whose worker groups were scaled to 0 (a RayService's active
+    /// cluster, or the RayCluster itself), in the workload's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_cluster: Option<String>,
+    /// What each of those worker groups had.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_groups: Vec<WorkerGroupRecord>,
     /// The Kueue Workload deactivated instead of suspending the job (Kueue-managed jobs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue_workload: Option<String>,
     /// `pending` until the action's write succeeded, then `done`.
     pub state: String,
+}
+
+/// A Ray worker group's replica fields before a reclaim (absent: not set).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerGroupRecord {
+    pub group_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i64>,
 }
 
 impl RestoreRecord {
@@ -84,15 +122,26 @@ fn err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ActionError {
     move |source| ActionError { action, source }
 }
 
-/// A dynamic API for the object's kind (plural by Kubernetes' convention).
+/// A dynamic API for the object's kind: its discovered resource when discovery has seen
+/// the kind (see [`discovery::known`]), else the plural by Kubernetes' convention.
 pub fn api_for(client: &Client, object: &ObjectInfo) -> Api<DynamicObject> {
-    let (group, version) = match object.api_version.split_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), object.api_version.clone()),
-    };
-    let gvk = GroupVersionKind::gvk(&group, &version, &object.kind);
-    let resource = ApiResource::from_gvk(&gvk);
+    let resource = discovery::known(&object.api_version, &object.kind)
+        .map(|served| served.resource)
+        .unwrap_or_else(|| {
+            let (group, version) = discovery::split_api_version(&object.api_version);
+            ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &object.kind))
+        });
     Api::namespaced_with(client.clone(), &object.namespace, &resource)
+}
+
+/// The object's kind as the cluster serves it (one discovery request, then cached).
+async fn served(client: &Client, root: &ObjectInfo) -> Result<discovery::Served, ActionError> {
+    discovery::kind(client, &root.api_version, &root.kind)
+        .await
+        .map_err(err(format!(
+            "discovering the API of {} ({})",
+            root.kind, root.api_version
+        )))
 }
 
 fn annotate(pairs: &[(&str, Option<String>)]) -> serde_json::Value {
@@ -144,9 +193,6 @@ pub async fn act(
         )));
     }
     match action {
-        ActionType::ScaleToZero if root.kind == "Notebook" => {
-            stop_notebook(client, root, now).await
-        }
         ActionType::ScaleToZero => scale_to_zero(client, root, now).await,
         ActionType::Suspend => suspend(client, root, now).await,
         ActionType::Evict => evict(client, root, pods, now).await,
@@ -154,14 +200,48 @@ pub async fn act(
     }
 }
 
-/// Scales through the `/scale` subresource, recording the replica count first.
+/// Scales the workload to zero the way its kind expects: the Kubeflow Notebook and KServe
+/// stop annotations, a Ray cluster's worker groups, else the `/scale` subresource. Also
+/// what finishes a `pending` restore record a previous run left.
 pub async fn scale_to_zero(
     client: &Client,
     root: &ObjectInfo,
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
+    match (group_of(&root.api_version), root.kind.as_str()) {
+        ("kubeflow.org", "Notebook") => stop_notebook(client, root, now).await,
+        ("serving.kserve.io", "InferenceService" | "LLMInferenceService") => {
+            stop_kserve(client, root, now).await
+        }
+        ("ray.io", "RayService" | "RayCluster") => {
+            scale_ray_workers(client, root, now, "ScaleToZero").await
+        }
+        _ => scale_subresource(client, root, now).await,
+    }
+}
+
+/// Scales through the `/scale` subresource, recording the replica count first. Whether
+/// the kind has one comes from API discovery, so any CRD that declares it works.
+pub async fn scale_subresource(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
     let key = root.key();
-    let api = api_for(client, root);
+    let served = served(client, root).await?;
+    if !served.scalable {
+        let instead = if suspend_path(root).is_some() {
+            "Suspend"
+        } else {
+            "Evict"
+        };
+        return Ok(Outcome::Unsupported(format!(
+            "{key}: cannot scale a {} ({}): it has no /scale subresource; use {instead} for it",
+            root.kind, root.api_version
+        )));
+    }
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &root.namespace, &served.resource);
     let pp = PatchParams::default();
     let scale = api
         .get_scale(&root.name)
@@ -206,17 +286,26 @@ pub async fn scale_to_zero(
         state: "done".into(),
         ..RestoreRecord::default()
     };
+    mark_done(client, root, &done).await?;
+    Ok(Outcome::Done(format!(
+        "scaled {key} from {replicas} replicas to 0"
+    )))
+}
+
+/// Writes the finished restore record.
+async fn mark_done(
+    client: &Client,
+    root: &ObjectInfo,
+    done: &RestoreRecord,
+) -> Result<(), ActionError> {
     let patch = annotate(&[(keys::RESTORE, Some(done.to_annotation()))]);
     merge_patch(
         client,
         root,
         &patch,
-        format!("marking the restore point of {key} done"),
+        format!("marking the restore point of {} done", root.key()),
     )
-    .await?;
-    Ok(Outcome::Done(format!(
-        "scaled {key} from {replicas} replicas to 0"
-    )))
+    .await
 }
 
 /// Suspends a Job (or any kind with `spec.suspend`) in one write with its restore record.
@@ -229,9 +318,13 @@ pub async fn suspend(
     if root.labels.contains_key(KUEUE_QUEUE_LABEL) {
         return deactivate_kueue_workload(client, root, now).await;
     }
+    if (group_of(&root.api_version), root.kind.as_str()) == ("ray.io", "RayService") {
+        // No spec.suspend to set: its worker groups go to 0, reversibly.
+        return scale_ray_workers(client, root, now, "Suspend").await;
+    }
     let Some(path) = suspend_path(root) else {
         return Ok(Outcome::Unsupported(format!(
-            "{key}: Suspend works on Job, JobSet, RayJob, RayCluster and Kubeflow training jobs; use ScaleToZero or Evict for a {}",
+            "{key}: Suspend works on Job, JobSet, RayJob, RayCluster, RayService and Kubeflow training jobs; use ScaleToZero or Evict for a {}",
             root.kind
         )));
     };
@@ -377,6 +470,418 @@ pub async fn stop_notebook(
     Ok(Outcome::Done(format!("stopped {key} ({NOTEBOOK_STOPPED})")))
 }
 
+/// KServe stops an InferenceService or LLMInferenceService while this annotation is
+/// `"true"` (compared case-insensitively, as KServe does): it deletes the serving
+/// workloads and keeps the resource, and recreates them when the annotation is removed
+/// or `"false"`.
+pub const KSERVE_STOP: &str = "serving.kserve.io/stop";
+
+/// The annotation choosing an InferenceService's deployment mode.
+const KSERVE_DEPLOYMENT_MODE: &str = "serving.kserve.io/deploymentMode";
+
+/// Stops a KServe service the way KServe expects: `serving.kserve.io/stop: "true"`, in
+/// one write with the restore record, which keeps the annotation's previous value.
+///
+/// An InferenceService whose status has no `Stopped` condition is served by a KServe that
+/// predates the annotation (it would be ignored): in Serverless mode its predictor gets
+/// `minReplicas: 0` instead (Knative removes the pods once no request comes), recorded
+/// as a `spec` merge patch; in RawDeployment mode such a KServe cannot go to zero, which
+/// is reported. LLMInferenceServices always know the annotation (kserve/kserve#4839).
+pub async fn stop_kserve(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let object = api_for(client, root)
+        .get(&root.name)
+        .await
+        .map_err(err(format!("reading {key}")))?;
+    // A DynamicObject is JSON already; it always serializes.
+    let value = serde_json::to_value(&object).unwrap_or_default();
+    let annotations = crate::api::selector::string_map(&value["metadata"]["annotations"]);
+    let previous = annotations.get(KSERVE_STOP).cloned();
+    if previous
+        .as_deref()
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    {
+        return Ok(Outcome::AlreadyDone(format!(
+            "{key} is already stopped ({KSERVE_STOP})"
+        )));
+    }
+    let knows_stop = value["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Stopped"));
+    if root.kind == "InferenceService" && !knows_stop {
+        return scale_predictor_to_zero(client, root, &value, &annotations, now).await;
+    }
+    let record = RestoreRecord {
+        annotation: Some(KSERVE_STOP.into()),
+        annotation_value: previous,
+        state: "done".into(),
+        ..RestoreRecord::default()
+    };
+    let mut patch = reclaim_annotations(&record, "ScaleToZero", now);
+    patch["metadata"]["annotations"][KSERVE_STOP] = "true".into();
+    merge_patch(client, root, &patch, format!("stopping {key}")).await?;
+    Ok(Outcome::Done(format!(
+        "stopped {key} ({KSERVE_STOP}: \"true\"); KServe removes its serving pods and keeps the service"
+    )))
+}
+
+/// The fallback for a KServe without the stop annotation: Serverless scale-to-zero.
+async fn scale_predictor_to_zero(
+    client: &Client,
+    root: &ObjectInfo,
+    isvc: &serde_json::Value,
+    annotations: &std::collections::BTreeMap<String, String>,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let mode = annotations
+        .get(KSERVE_DEPLOYMENT_MODE)
+        .map(String::as_str)
+        .or_else(|| isvc["status"]["deploymentMode"].as_str());
+    if let Some(mode @ ("RawDeployment" | "Standard" | "ModelMesh")) = mode {
+        return Ok(Outcome::Unsupported(format!(
+            "{key}: its KServe predates the {KSERVE_STOP} annotation (no Stopped condition in its status) and in {mode} mode keeps at least one predictor pod; upgrade KServe to a release that stops services (kserve/kserve#4455), or exempt the service"
+        )));
+    }
+    let min = &isvc["spec"]["predictor"]["minReplicas"];
+    let previous = match min {
+        serde_json::Value::Null => serde_json::Value::Null,
+        v if v.as_i64() == Some(0) => {
+            return Ok(Outcome::AlreadyDone(format!(
+                "{key} already has spec.predictor.minReplicas 0: Knative scales it to zero once no request comes"
+            )));
+        }
+        v if v.as_i64().is_some() => v.clone(),
+        other => {
+            return Ok(Outcome::Refused(format!(
+                "{key}: spec.predictor.minReplicas is {other}, not an integer; fix the field (the next cycle retries)"
+            )));
+        }
+    };
+    let was = if previous.is_null() {
+        "unset (1)".to_string()
+    } else {
+        previous.to_string()
+    };
+    let record = RestoreRecord {
+        spec_patch: Some(json!({"predictor": {"minReplicas": previous}})),
+        state: "done".into(),
+        ..RestoreRecord::default()
+    };
+    let mut patch = reclaim_annotations(&record, "ScaleToZero", now);
+    patch["spec"] = json!({"predictor": {"minReplicas": 0}});
+    merge_patch(client, root, &patch, format!("scaling {key} to zero")).await?;
+    Ok(Outcome::Done(format!(
+        "set spec.predictor.minReplicas of {key} from {was} to 0 (its KServe predates {KSERVE_STOP}); Knative scales the predictor to zero once no request comes"
+    )))
+}
+
+/// The RayClusters API of the root's Ray version (RayService and RayCluster share it).
+fn ray_clusters(client: &Client, root: &ObjectInfo) -> Api<DynamicObject> {
+    let cluster = ObjectInfo {
+        kind: "RayCluster".into(),
+        ..root.clone()
+    };
+    api_for(client, &cluster)
+}
+
+/// The worker groups of a RayCluster as JSON; a field of the wrong type is named.
+fn worker_groups(cluster: &serde_json::Value) -> Result<Vec<WorkerGroupRecord>, String> {
+    let groups = match &cluster["spec"]["workerGroupSpecs"] {
+        serde_json::Value::Null => return Ok(Vec::new()),
+        serde_json::Value::Array(groups) => groups,
+        other => return Err(format!("spec.workerGroupSpecs is {other}, not a list")),
+    };
+    let mut out = Vec::new();
+    for (i, group) in groups.iter().enumerate() {
+        let path = format!("spec.workerGroupSpecs[{i}]");
+        let Some(name) = group["groupName"].as_str() else {
+            return Err(format!(
+                "{path}.groupName is {}, not a name",
+                group["groupName"]
+            ));
+        };
+        let count = |field: &str| -> Result<Option<i64>, String> {
+            match &group[field] {
+                serde_json::Value::Null => Ok(None),
+                v => v
+                    .as_i64()
+                    .map(Some)
+                    .ok_or_else(|| format!("{path}.{field} is {v}, not an integer")),
+            }
+        };
+        out.push(WorkerGroupRecord {
+            group_name: name.to_string(),
+            replicas: count("replicas")?,
+            min_replicas: count("minReplicas")?,
+            max_replicas: count("maxReplicas")?,
+        });
+    }
+    Ok(out)
+}
+
+/// A JSON patch (RFC 6902) from its operations.
+fn json_patch(ops: Vec<serde_json::Value>) -> Result<Patch<()>, serde_json::Error> {
+    Ok(Patch::Json(serde_json::from_value(
+        serde_json::Value::Array(ops),
+    )?))
+}
+
+/// The operations that set `group`'s replica fields at `index`, after checking it is
+/// still that group (`None`: remove the field when it is there).
+fn worker_group_ops(
+    index: usize,
+    current: &WorkerGroupRecord,
+    target: &WorkerGroupRecord,
+) -> Vec<serde_json::Value> {
+    let base = format!("/spec/workerGroupSpecs/{index}");
+    let mut ops = vec![
+        json!({"op": "test", "path": format!("{base}/groupName"), "value": current.group_name}),
+    ];
+    for (field, now, wanted) in [
+        ("replicas", current.replicas, target.replicas),
+        ("minReplicas", current.min_replicas, target.min_replicas),
+        ("maxReplicas", current.max_replicas, target.max_replicas),
+    ] {
+        match (now, wanted) {
+            (_, Some(v)) => {
+                ops.push(json!({"op": "add", "path": format!("{base}/{field}"), "value": v}))
+            }
+            (Some(_), None) => ops.push(json!({"op": "remove", "path": format!("{base}/{field}")})),
+            (None, None) => {}
+        }
+    }
+    ops
+}
+
+fn groups_text(groups: &[WorkerGroupRecord]) -> String {
+    groups
+        .iter()
+        .map(|g| match g.replicas {
+            Some(n) => format!("{} {n}", g.group_name),
+            None => format!("{} (replicas unset)", g.group_name),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Scales the worker groups of a RayCluster to zero: `replicas`, `minReplicas` (KubeRay
+/// raises replicas to it) and `maxReplicas` (the Ray autoscaler scales up to it) all 0;
+/// the head keeps running. For a RayService the cluster is its active one
+/// (`status.activeServiceStatus.rayClusterName`): KubeRay does not pass replica changes
+/// of `spec.rayClusterConfig` to a running cluster (they belong to the autoscaler), so
+/// only the cluster's own worker groups free GPUs. What each group had is recorded on
+/// `root` first (`pending`, finished by the next cycle if interrupted).
+pub async fn scale_ray_workers(
+    client: &Client,
+    root: &ObjectInfo,
+    now: Timestamp,
+    action: &str,
+) -> Result<Outcome, ActionError> {
+    let key = root.key();
+    let resuming = RestoreRecord::parse(&root.annotations)
+        .filter(|r| r.state == "pending" && r.ray_cluster.is_some());
+    let cluster_name = match &resuming {
+        Some(r) => r.ray_cluster.clone().unwrap_or_default(),
+        None if root.kind == "RayCluster" => root.name.clone(),
+        None => {
+            let service = api_for(client, root)
+                .get(&root.name)
+                .await
+                .map_err(err(format!("reading {key}")))?;
+            let status = &service.data["status"];
+            let named =
+                |v: &serde_json::Value| v.as_str().filter(|n| !n.is_empty()).map(str::to_string);
+            if let Some(pending) = named(&status["pendingServiceStatus"]["rayClusterName"]) {
+                return Ok(Outcome::Refused(format!(
+                    "{key} is moving to a new RayCluster ({pending}); retried once KubeRay has switched over"
+                )));
+            }
+            match named(&status["activeServiceStatus"]["rayClusterName"]) {
+                Some(active) => active,
+                None => {
+                    return Ok(Outcome::Refused(format!(
+                        "{key} has no active RayCluster yet (status.activeServiceStatus.rayClusterName is empty); retried next cycle"
+                    )));
+                }
+            }
+        }
+    };
+    let cluster_key = format!("RayCluster {}/{cluster_name}", root.namespace);
+    let clusters = ray_clusters(client, root);
+    let Some(cluster) = clusters
+        .get_opt(&cluster_name)
+        .await
+        .map_err(err(format!("reading {cluster_key}")))?
+    else {
+        if let Some(r) = resuming {
+            // Gone while the action was under way: nothing holds its GPUs any more.
+            mark_done(
+                client,
+                root,
+                &RestoreRecord {
+                    state: "done".into(),
+                    ..r
+                },
+            )
+            .await?;
+            return Ok(Outcome::AlreadyDone(format!(
+                "{key}: {cluster_key} is gone; nothing left to scale"
+            )));
+        }
+        return Ok(Outcome::Refused(format!(
+            "{key}: {cluster_key} is not there (KubeRay may be replacing it); retried next cycle"
+        )));
+    };
+    let cluster = serde_json::to_value(&cluster).unwrap_or_default();
+    let current = match worker_groups(&cluster) {
+        Ok(groups) => groups,
+        Err(problem) => {
+            return Ok(Outcome::Refused(format!(
+                "{key}: cannot read {cluster_key}: {problem}; fix the field (the next cycle retries)"
+            )));
+        }
+    };
+    if current.is_empty() {
+        return Ok(Outcome::Unsupported(format!(
+            "{key}: {cluster_key} has no worker groups to scale to zero (only its head runs); use Evict"
+        )));
+    }
+    let at_zero = |g: &WorkerGroupRecord| {
+        g.replicas == Some(0) && g.min_replicas.unwrap_or(0) == 0 && g.max_replicas == Some(0)
+    };
+    let recorded = match resuming {
+        Some(r) => r.worker_groups,
+        None if current.iter().all(at_zero) => {
+            return Ok(Outcome::AlreadyDone(format!(
+                "the worker groups of {cluster_key} ({key}) are already at 0"
+            )));
+        }
+        None => {
+            let record = RestoreRecord {
+                ray_cluster: Some(cluster_name.clone()),
+                worker_groups: current.clone(),
+                state: "pending".into(),
+                ..RestoreRecord::default()
+            };
+            let patch = reclaim_annotations(&record, action, now);
+            merge_patch(
+                client,
+                root,
+                &patch,
+                format!("recording the restore point of {key}"),
+            )
+            .await?;
+            current.clone()
+        }
+    };
+    let zero = |name: &str| WorkerGroupRecord {
+        group_name: name.to_string(),
+        replicas: Some(0),
+        min_replicas: Some(0),
+        max_replicas: Some(0),
+    };
+    let ops: Vec<serde_json::Value> = current
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| recorded.iter().any(|r| r.group_name == g.group_name))
+        .flat_map(|(i, g)| worker_group_ops(i, g, &zero(&g.group_name)))
+        .collect();
+    let patch = json_patch(ops).map_err(|e| ActionError {
+        action: format!("building the patch of {cluster_key}"),
+        source: kube::Error::SerdeError(e),
+    })?;
+    clusters
+        .patch(&cluster_name, &PatchParams::default(), &patch)
+        .await
+        .map_err(err(format!(
+            "scaling the worker groups of {cluster_key} to 0"
+        )))?;
+    let done = RestoreRecord {
+        ray_cluster: Some(cluster_name.clone()),
+        worker_groups: recorded.clone(),
+        state: "done".into(),
+        ..RestoreRecord::default()
+    };
+    mark_done(client, root, &done).await?;
+    let of = if root.kind == "RayCluster" {
+        String::new()
+    } else {
+        format!(" of {key}")
+    };
+    Ok(Outcome::Done(format!(
+        "scaled the worker groups of {cluster_key}{of} to 0 (were {}); its head keeps running",
+        groups_text(&recorded)
+    )))
+}
+
+/// Puts the recorded worker groups back on their RayCluster, matched by name. A cluster
+/// KubeRay has since replaced was made from the RayService spec: nothing to put back.
+async fn restore_ray_workers(
+    client: &Client,
+    root: &ObjectInfo,
+    cluster_name: &str,
+    recorded: &[WorkerGroupRecord],
+) -> Result<String, ActionError> {
+    let key = root.key();
+    let cluster_key = format!("RayCluster {}/{cluster_name}", root.namespace);
+    let clusters = ray_clusters(client, root);
+    let Some(cluster) = clusters
+        .get_opt(cluster_name)
+        .await
+        .map_err(err(format!("reading {cluster_key}")))?
+    else {
+        return Ok(format!(
+            "{cluster_key} of {key} is gone (KubeRay replaced it from its spec); nothing to scale back"
+        ));
+    };
+    let cluster = serde_json::to_value(&cluster).unwrap_or_default();
+    let current = worker_groups(&cluster).map_err(|problem| ActionError {
+        action: format!(
+            "reading the worker groups of {cluster_key} to scale them back (fix the field, then wake {key} again)"
+        ),
+        source: kube::Error::Service(problem.into()),
+    })?;
+    let mut ops = Vec::new();
+    let mut missing = Vec::new();
+    for wanted in recorded {
+        match current
+            .iter()
+            .position(|g| g.group_name == wanted.group_name)
+        {
+            Some(i) => ops.extend(worker_group_ops(i, &current[i], wanted)),
+            None => missing.push(wanted.group_name.as_str()),
+        }
+    }
+    if !ops.is_empty() {
+        let patch = json_patch(ops).map_err(|e| ActionError {
+            action: format!("building the patch of {cluster_key}"),
+            source: kube::Error::SerdeError(e),
+        })?;
+        clusters
+            .patch(cluster_name, &PatchParams::default(), &patch)
+            .await
+            .map_err(err(format!(
+                "scaling the worker groups of {cluster_key} back"
+            )))?;
+    }
+    let mut text = format!(
+        "scaled the worker groups of {cluster_key} back ({})",
+        groups_text(recorded)
+    );
+    if !missing.is_empty() {
+        text.push_str(&format!(
+            "; groups no longer in the cluster were skipped: {}",
+            missing.join(", ")
+        ));
+    }
+    Ok(text)
+}
+
 /// Evicts every GPU pod of the workload through the Eviction API.
 pub async fn evict(
     client: &Client,
@@ -481,7 +986,6 @@ pub async fn wake(
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
     let key = root.key();
-    let api = api_for(client, root);
     let pp = PatchParams::default();
     let record = RestoreRecord::parse(&root.annotations);
     let clear = restart_ladder_patch(now);
@@ -489,7 +993,13 @@ pub async fn wake(
         Some(RestoreRecord {
             replicas: Some(n), ..
         }) => {
-            api.patch_scale(
+            let served = served(client, root).await?;
+            Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                &root.namespace,
+                &served.resource,
+            )
+            .patch_scale(
                 &root.name,
                 &pp,
                 &Patch::Merge(&json!({"spec": {"replicas": n}})),
@@ -498,6 +1008,11 @@ pub async fn wake(
             .map_err(err(format!("scaling {key} back to {n}")))?;
             format!("scaled {key} back to {n} replicas")
         }
+        Some(RestoreRecord {
+            ray_cluster: Some(cluster),
+            worker_groups,
+            ..
+        }) => restore_ray_workers(client, root, cluster, worker_groups).await?,
         Some(RestoreRecord {
             suspend: Some(s), ..
         }) => {
@@ -522,12 +1037,28 @@ pub async fn wake(
         }
         Some(RestoreRecord {
             annotation: Some(a),
+            annotation_value,
             ..
         }) => {
             let mut patch = clear.clone();
-            patch["metadata"]["annotations"][a.as_str()] = serde_json::Value::Null;
+            patch["metadata"]["annotations"][a.as_str()] = annotation_value
+                .clone()
+                .map_or(serde_json::Value::Null, Into::into);
             merge_patch(client, root, &patch, format!("starting {key} again")).await?;
-            return Ok(Outcome::Done(format!("started {key} again (removed {a})")));
+            let how = match annotation_value {
+                Some(v) => format!("{a} back to {v:?}"),
+                None => format!("removed {a}"),
+            };
+            return Ok(Outcome::Done(format!("started {key} again ({how})")));
+        }
+        Some(RestoreRecord {
+            spec_patch: Some(spec),
+            ..
+        }) => {
+            let mut patch = clear.clone();
+            patch["spec"] = spec.clone();
+            merge_patch(client, root, &patch, format!("restoring the spec of {key}")).await?;
+            return Ok(Outcome::Done(format!("restored {key} (spec {spec})")));
         }
         _ => format!("restarted the idle ladder of {key} (nothing to restore)"),
     };

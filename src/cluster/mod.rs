@@ -2,5 +2,6 @@
 //! of pods to their root workloads) and the actions on them (IO through kube::Client).
 
 pub mod actions;
+pub mod discovery;
 pub mod inventory;
 pub mod wake;
