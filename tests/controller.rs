@@ -653,3 +653,123 @@ async fn the_running_controller_watches_the_cluster_and_reacts_to_a_policy_chang
     }
     child.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_count_named_resource_claims()
+ {
+    use gpu_reaper::admission::count::GpuResources;
+    use gpu_reaper::api::policy::ActionType;
+    use gpu_reaper::cluster::actions::{self, Outcome};
+    use gpu_reaper::cluster::inventory::{ObjectKey, resolve};
+    use gpu_reaper::controller::caches::Caches;
+
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    let crd = |group: &str, kind: &str, plural: &str, scale: bool| {
+        let mut version = json!({"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
+        if scale {
+            version["subresources"] = json!({"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}});
+        }
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": "Namespaced", "versions": [version],
+                     "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")}}})
+    };
+    let owned_pod = |name: &str, owner: (&str, &str, &str), resources: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "ownerReferences": [
+                {"apiVersion": owner.0, "kind": owner.1, "name": owner.2, "uid": "u", "controller": true}]},
+            "spec": resources, "status": {"phase": "Running"}})
+    };
+    let one_gpu =
+        json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+    let shared_claim = json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}]}}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimName": "shared"}]});
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}),
+        // A CRD gpu-reaper has never heard of, with /scale and an unconventional plural.
+        crd("inference.example.com", "Matrix", "matrices", true),
+        json!({"apiVersion": "inference.example.com/v1", "kind": "Matrix",
+               "metadata": {"name": "mm", "namespace": "ml"}, "spec": {"replicas": 2}}),
+        owned_pod(
+            "mm-0",
+            ("inference.example.com/v1", "Matrix", "mm"),
+            one_gpu.clone(),
+        ),
+        // One without /scale: not watched, its pod reported under it.
+        crd("trainer.example.com", "Trainer", "trainers", false),
+        owned_pod("t-0", ("trainer.example.com/v1", "Trainer", "t"), one_gpu),
+        // Two pods of one ReplicaSet sharing an existing ResourceClaim of 2 GPUs.
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "shared", "namespace": "ml"},
+               "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "serve-1", "namespace": "ml"},
+               "spec": {"selector": {"matchLabels": {"app": "serve"}}, "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+        owned_pod(
+            "serve-1-a",
+            ("apps/v1", "ReplicaSet", "serve-1"),
+            shared_claim.clone(),
+        ),
+        owned_pod(
+            "serve-1-b",
+            ("apps/v1", "ReplicaSet", "serve-1"),
+            shared_claim,
+        ),
+    ] {
+        sim.seed(object).unwrap();
+    }
+    kubectl(&sim, &["apply", "-f", CRDS], None).await;
+    let caches = Caches::start(&client, &[("apps", "v1", "ReplicaSet", "replicasets")]).await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), caches.wait_synced())
+        .await
+        .expect("watches synced");
+    let (pods, owners, _, _) = caches.read(&GpuResources::default(), jiff::Timestamp::now());
+    let workloads = resolve(pods, &owners);
+    let find = |name: &str| {
+        workloads
+            .iter()
+            .find(|w| w.pods.iter().any(|p| p.meta.name == name))
+            .unwrap_or_else(|| panic!("{name} not inventoried: {workloads:#?}"))
+    };
+    let matrix = find("mm-0");
+    assert_eq!(
+        matrix.root.key(),
+        ObjectKey::new("inference.example.com/v1", "Matrix", "ml", "mm")
+    );
+    assert_eq!(matrix.unwatched_owner, None);
+    let trainer = find("t-0");
+    assert_eq!(trainer.root.kind, "Pod");
+    assert_eq!(
+        trainer.unwatched_owner.as_ref().map(|o| o.kind.as_str()),
+        Some("Trainer")
+    );
+    let serve = find("serve-1-a");
+    assert_eq!(serve.root.kind, "ReplicaSet");
+    assert_eq!(serve.pods.len(), 2);
+    assert_eq!(serve.gpus, 2.0, "one shared claim of 2 GPUs, counted once");
+    assert!(serve.pods.iter().all(|p| p.state.gpu_devices == 2));
+
+    // What a cycle would do with the discovered root: scale it through /scale.
+    let outcome = actions::act(
+        &client,
+        ActionType::ScaleToZero,
+        &matrix.root,
+        &matrix.pods,
+        jiff::Timestamp::now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("scaled ml/Matrix/mm from 2 replicas to 0".into())
+    );
+    assert_eq!(
+        s_get(&sim, "inference.example.com", "matrices", "mm")["spec"]["replicas"],
+        0
+    );
+}
+
+fn s_get(sim: &KubeSim, group: &str, plural: &str, name: &str) -> Value {
+    sim.get(group, plural, "ml", name).unwrap()
+}

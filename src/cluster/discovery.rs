@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{ApiResource, GroupVersionKind};
-use kube::discovery::{ApiCapabilities, Discovery, Scope};
+use kube::discovery::{ApiCapabilities, ApiGroup, Discovery, Scope};
 
 /// How long a discovered kind is trusted (a CRD can gain or lose `/scale` on upgrade).
 pub const TTL: Duration = Duration::from_secs(600);
@@ -81,8 +81,11 @@ pub async fn kind(client: &Client, api_version: &str, kind: &str) -> Result<Serv
 /// Every kind the cluster serves, at its preferred version: aggregated discovery (two
 /// requests, Kubernetes 1.26+), else one request per API group.
 pub async fn all(client: &Client) -> Result<Vec<Served>, kube::Error> {
+    // A server without aggregated discovery may answer with the legacy lists, which
+    // read as no groups at all: the core group is always there when it worked.
     let discovery = match Discovery::new(client.clone()).run_aggregated().await {
-        Ok(d) => d,
+        Ok(d) if d.has_group(ApiGroup::CORE_GROUP) => d,
+        Ok(_) => Discovery::new(client.clone()).run().await?,
         Err(e) => {
             tracing::debug!(error = %e, "aggregated discovery not served; per-group discovery");
             Discovery::new(client.clone()).run().await?

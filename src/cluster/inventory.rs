@@ -7,12 +7,19 @@
 //! in the watched set (e.g. a RayCluster or Notebook whose CRD gpu-reaper does not watch
 //! yet), the last known object in the chain is the root and the unknown owner is kept in
 //! `unwatched_owner` so it can be reported instead of acted on blindly.
+//!
+//! GPUs are counted by the budget gate's rules (`admission::count`): extended resources,
+//! DRA claims made from claim templates, and ResourceClaims a pod names directly
+//! (`resourceClaimName`). A named claim can be shared by several pods: a workload counts
+//! each claim once.
 
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
 
-use crate::admission::count::{self, GpuResources};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+use crate::admission::count::{self, Counted, GpuResources};
 use crate::engine::model::{PodPhase, PodState};
 
 /// A controller owner reference.
@@ -113,8 +120,53 @@ impl ObjectInfo {
 pub struct PodInfo {
     pub meta: ObjectInfo,
     pub state: PodState,
-    /// GPUs (MIG slices as fractions) the pod claims.
+    /// GPUs (MIG slices as fractions) the pod claims, its named ResourceClaims included.
     pub gpus: f64,
+    /// The ResourceClaims the pod names directly and the GPUs of each: a claim shared by
+    /// several pods of one workload is counted once for the workload.
+    pub named_claims: Vec<(String, f64)>,
+}
+
+/// GPUs of existing ResourceClaims, by (namespace, name).
+pub type ClaimGpus = HashMap<(String, String), f64>;
+
+/// The GPUs of each ResourceClaim, by the budget gate's rules for a claim
+/// (`spec.devices.requests` of GPU device classes). A claim made from a template is
+/// owned by its pod; the owner does not matter here, so it is counted all the same.
+pub fn claim_gpus<'a>(
+    claims: impl Iterator<Item = &'a ResourceClaim>,
+    resources: &GpuResources,
+) -> ClaimGpus {
+    let mut out = HashMap::new();
+    for claim in claims {
+        let (Some(ns), Some(name)) = (&claim.metadata.namespace, &claim.metadata.name) else {
+            continue;
+        };
+        let value = serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": claim.spec,
+        });
+        if let Ok(Counted::Claim(c)) = count::count(&value, ns, resources, &()) {
+            out.insert((ns.clone(), name.clone()), c.gpus);
+        }
+    }
+    out
+}
+
+/// The claims a pod spec names directly: `spec.resourceClaims[].resourceClaimName` (or
+/// the pre-1.28 `source.resourceClaimName`).
+fn named_claim_names(spec: &serde_json::Value) -> Vec<&str> {
+    spec["resourceClaims"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            c["resourceClaimName"]
+                .as_str()
+                .or_else(|| c["source"]["resourceClaimName"].as_str())
+        })
+        .collect()
 }
 
 /// Reads a pod; `None` when it claims no GPUs, has finished, or cannot be read. GPUs
@@ -135,9 +187,35 @@ pub fn pod_info_with(
     templates: &dyn count::ClaimTemplates,
     now: Timestamp,
 ) -> Option<PodInfo> {
+    pod_info_with_claims(pod, resources, templates, &ClaimGpus::new(), now)
+}
+
+/// As [`pod_info_with`], also counting the GPUs of the ResourceClaims the pod names
+/// directly, as `claims` knows them (a claim it does not know counts nothing).
+pub fn pod_info_with_claims(
+    pod: &serde_json::Value,
+    resources: &GpuResources,
+    templates: &dyn count::ClaimTemplates,
+    claims: &ClaimGpus,
+    now: Timestamp,
+) -> Option<PodInfo> {
     let meta = ObjectInfo::from_value(pod)?;
-    let (gpus, _) =
+    let (mut gpus, _) =
         count::pod_spec_gpus(&pod["spec"], "spec", &meta.namespace, resources, templates).ok()?;
+    let mut named_claims: Vec<(String, f64)> = Vec::new();
+    for name in named_claim_names(&pod["spec"]) {
+        let Some(g) = claims
+            .get(&(meta.namespace.clone(), name.to_string()))
+            .copied()
+            .filter(|g| g.is_finite() && *g > 0.0)
+        else {
+            continue;
+        };
+        if !named_claims.iter().any(|(n, _)| n == name) {
+            gpus += g;
+            named_claims.push((name.to_string(), g));
+        }
+    }
     if gpus <= 0.0 {
         return None;
     }
@@ -176,6 +254,7 @@ pub fn pod_info_with(
             gpu_devices: gpus.ceil() as u32,
         },
         gpus,
+        named_claims,
     })
 }
 
@@ -233,7 +312,19 @@ pub fn resolve(pods: Vec<PodInfo>, objects: &HashMap<ObjectKey, ObjectInfo>) -> 
             cron_job: cron_job.clone(),
             unwatched_owner: unwatched_owner.clone(),
         });
-        entry.gpus += pod.gpus;
+        // A claim another pod of this workload already named is the same devices.
+        let shared: f64 = pod
+            .named_claims
+            .iter()
+            .filter(|(name, _)| {
+                entry
+                    .pods
+                    .iter()
+                    .any(|p| p.named_claims.iter().any(|(n, _)| n == name))
+            })
+            .map(|(_, g)| g)
+            .sum();
+        entry.gpus += pod.gpus - shared;
         entry.pods.push(pod);
     }
     let mut out: Vec<Workload> = by_root.into_values().collect();
@@ -458,6 +549,63 @@ mod tests {
         let info = pod_info_with(&pod, &GpuResources::default(), &templates, now()).unwrap();
         assert_eq!(info.gpus, 4.0);
         assert_eq!(info.state.gpu_devices, 4);
+    }
+
+    #[test]
+    fn pods_naming_a_resource_claim_hold_its_gpus_and_a_shared_claim_counts_once_per_workload() {
+        let claim: ResourceClaim = serde_json::from_value(json!({
+            "metadata": {"name": "two-gpus", "namespace": "ml",
+                         // Made from a template: owned by a pod, counted all the same.
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "u", "controller": true}]},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}},
+                {"name": "nic", "exactly": {"deviceClassName": "rdma.example.com"}}]}},
+        }))
+        .unwrap();
+        let claims = claim_gpus([&claim].into_iter(), &GpuResources::default());
+        assert_eq!(claims[&("ml".to_string(), "two-gpus".to_string())], 2.0);
+        let rs = Some(("apps/v1", "ReplicaSet", "serve-1"));
+        let sharing = |name: &str, claim_ref: serde_json::Value| {
+            let mut pod = gpu_pod(name, rs, "1", "Running");
+            pod["spec"]["containers"][0]["resources"] = json!({"claims": [{"name": "gpus"}]});
+            pod["spec"]["resourceClaims"] = json!([claim_ref]);
+            pod_info_with_claims(&pod, &GpuResources::default(), &(), &claims, now())
+        };
+        let a = sharing(
+            "a",
+            json!({"name": "gpus", "resourceClaimName": "two-gpus"}),
+        )
+        .unwrap();
+        let b = sharing(
+            "b",
+            json!({"name": "gpus", "source": {"resourceClaimName": "two-gpus"}}),
+        )
+        .unwrap();
+        assert_eq!((a.gpus, a.state.gpu_devices), (2.0, 2));
+        assert_eq!(b.named_claims, vec![("two-gpus".to_string(), 2.0)]);
+        assert!(
+            sharing("c", json!({"name": "gpus", "resourceClaimName": "missing"})).is_none(),
+            "an unknown claim holds nothing known"
+        );
+        assert!(
+            pod_info(
+                &{
+                    let mut p = gpu_pod("d", rs, "1", "Running");
+                    p["spec"]["containers"][0]["resources"] = json!({});
+                    p["spec"]["resourceClaims"] =
+                        json!([{"name": "gpus", "resourceClaimName": "two-gpus"}]);
+                    p
+                },
+                &GpuResources::default(),
+                now()
+            )
+            .is_none(),
+            "without the claims, as before"
+        );
+        let owners = objects(&[object("apps/v1", "ReplicaSet", "serve-1", None)]);
+        let w = resolve(vec![a, b], &owners);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].gpus, 2.0, "one claim, two pods: 2 GPUs, not 4");
     }
 
     #[test]

@@ -1,25 +1,29 @@
 //! Watches of the long-running controller: reflector stores of pods (fields the
 //! inventory does not read are pruned), owners' metadata for every owner kind that is
-//! served, GpuPolicies and namespace metadata. A cycle reads the stores instead of
-//! listing; a GpuPolicy change wakes the loop early.
+//! served — the kinds the controller names, plus, found by API discovery, every other
+//! namespaced kind with a `/scale` subresource and the KServe LLMInferenceService —
+//! GpuPolicies, namespace metadata, and the DRA ResourceClaimTemplates and ResourceClaims
+//! (spec only) that pods' GPUs come from. A cycle reads the stores instead of listing; a
+//! GpuPolicy change wakes the loop early.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
 use crate::admission::count::GpuResources;
 use crate::api::GpuPolicy;
-use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, PodInfo};
+use crate::cluster::discovery;
+use crate::cluster::inventory::{self, ClaimGpus, ObjectInfo, ObjectKey, PodInfo};
 
 /// The stores a cycle reads.
 pub struct Caches {
@@ -29,6 +33,8 @@ pub struct Caches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     /// DRA claim templates, when resource.k8s.io/v1 is served.
     templates: Option<Store<ResourceClaimTemplate>>,
+    /// DRA claims (spec only), for pods that name one (`resourceClaimName`).
+    claims: Option<Store<ResourceClaim>>,
     /// Notified on every GpuPolicy event.
     pub policy_changed: Arc<Notify>,
 }
@@ -81,8 +87,53 @@ fn prune(pod: &mut Pod) {
     }
 }
 
+/// Kinds gpu-reaper acts on that it watches whenever they are served, at the version
+/// discovery prefers (group, kind).
+const ALSO_WATCHED: &[(&str, &str)] = &[("serving.kserve.io", "LLMInferenceService")];
+
+/// The owner kinds to watch: `owner_kinds` (group, version, kind, plural), then, from API
+/// discovery, every other namespaced, watchable kind with a `/scale` subresource (any
+/// CRD that declares one: its objects become roots that ScaleToZero scales) and the
+/// [`ALSO_WATCHED`] kinds. Without discovery, `owner_kinds` alone.
+pub async fn owner_resources(
+    client: &Client,
+    owner_kinds: &[(&str, &str, &str, &str)],
+) -> Vec<ApiResource> {
+    let mut out: Vec<ApiResource> = owner_kinds
+        .iter()
+        .map(|&(group, version, kind, plural)| ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: if group.is_empty() {
+                version.to_string()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: kind.into(),
+            plural: plural.into(),
+        })
+        .collect();
+    let served = match discovery::all(client).await {
+        Ok(served) => served,
+        Err(e) => {
+            tracing::warn!(error = %e, "API discovery failed: only the built-in owner kinds are watched");
+            return out;
+        }
+    };
+    for s in served {
+        let r = &s.resource;
+        let wanted = s.scalable || ALSO_WATCHED.contains(&(r.group.as_str(), r.kind.as_str()));
+        let known = out.iter().any(|o| o.group == r.group && o.kind == r.kind);
+        if wanted && s.namespaced && !known {
+            out.push(s.resource);
+        }
+    }
+    out
+}
+
 impl Caches {
-    /// Starts the watches; owner kinds whose API is not served are skipped quietly.
+    /// Starts the watches; owner kinds whose API is not served, or that RBAC does not let
+    /// the controller list, are skipped (pods under them are reported, not acted on).
     pub async fn start(client: &Client, owner_kinds: &[(&str, &str, &str, &str)]) -> Self {
         let config = watcher::Config::default().page_size(500);
         let (pods, writer) = reflector::store();
@@ -94,18 +145,21 @@ impl Caches {
         drive("pods", stream, None);
 
         let mut owners = Vec::new();
-        for &(group, version, kind, plural) in owner_kinds {
-            let resource = ApiResource {
-                group: group.into(),
-                version: version.into(),
-                api_version: format!("{group}/{version}"),
-                kind: kind.into(),
-                plural: plural.into(),
-            };
+        let named = owner_kinds.len();
+        for (i, resource) in owner_resources(client, owner_kinds)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             let api: Api<PartialObjectMeta<DynamicObject>> =
                 Api::all_with(client.clone(), &resource);
             if let Err(e) = api.list(&ListParams::default().limit(1)).await {
-                tracing::debug!(kind, error = %e, "not watched (not served here)");
+                let kind = resource.kind.as_str();
+                if i < named {
+                    tracing::debug!(kind, error = %e, "not watched (not served here)");
+                } else {
+                    tracing::info!(kind, group = %resource.group, error = %e, "found by discovery but not listable (RBAC?): pods under it are reported, not acted on");
+                }
                 continue;
             }
             let writer = reflector::store::Writer::new(resource.clone());
@@ -140,6 +194,29 @@ impl Caches {
             None
         };
 
+        // Claims are watched only for their spec: status (allocations, up to 256
+        // reservedFor entries) is dropped.
+        let claim_api = Api::<ResourceClaim>::all(client.clone());
+        let claims = if claim_api
+            .list(&ListParams::default().limit(1))
+            .await
+            .is_ok()
+        {
+            let (reader, writer) = reflector::store();
+            let stream = reflector::reflector(
+                writer,
+                watcher(claim_api, config.clone()).modify(|c: &mut ResourceClaim| {
+                    c.metadata.managed_fields = None;
+                    c.status = None;
+                }),
+            )
+            .default_backoff();
+            drive("resourceclaims", stream, None);
+            Some(reader)
+        } else {
+            None
+        };
+
         let (namespaces, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
@@ -157,6 +234,7 @@ impl Caches {
             policies,
             namespaces,
             templates,
+            claims,
             policy_changed,
         }
     }
@@ -171,6 +249,9 @@ impl Caches {
         let _ = self.namespaces.wait_until_ready().await;
         if let Some(t) = &self.templates {
             let _ = t.wait_until_ready().await;
+        }
+        if let Some(c) = &self.claims {
+            let _ = c.wait_until_ready().await;
         }
     }
 
@@ -191,13 +272,19 @@ impl Caches {
             template_objects.iter().map(|t| t.as_ref()),
             resources,
         );
-        let pods = self
+        let candidates: Vec<_> = self
             .pods
             .state()
-            .iter()
+            .into_iter()
             .filter(|p| claims_gpus(p))
+            .collect();
+        let claims = self.named_claims(&candidates, resources);
+        let pods = candidates
+            .iter()
             .filter_map(|p| serde_json::to_value(p.as_ref()).ok())
-            .filter_map(|v| inventory::pod_info_with(&v, resources, &templates, now))
+            .filter_map(|v| {
+                inventory::pod_info_with_claims(&v, resources, &templates, &claims, now)
+            })
             .collect();
         let mut owners = HashMap::new();
         for (resource, store) in &self.owners {
@@ -229,6 +316,28 @@ impl Caches {
             })
             .collect();
         (pods, owners, policies, namespaces)
+    }
+}
+
+impl Caches {
+    /// The GPUs of the ResourceClaims that `pods` name directly; only those are counted.
+    fn named_claims(&self, pods: &[Arc<Pod>], resources: &GpuResources) -> ClaimGpus {
+        let Some(store) = &self.claims else {
+            return ClaimGpus::new();
+        };
+        let named: Vec<Arc<ResourceClaim>> = pods
+            .iter()
+            .filter_map(|p| {
+                let ns = p.metadata.namespace.as_deref()?;
+                let claims = p.spec.as_ref()?.resource_claims.as_ref()?;
+                Some(claims.iter().filter_map(move |c| {
+                    let name = c.resource_claim_name.as_deref()?;
+                    store.get(&ObjectRef::new(name).within(ns))
+                }))
+            })
+            .flatten()
+            .collect();
+        inventory::claim_gpus(named.iter().map(|c| c.as_ref()), resources)
     }
 }
 
