@@ -81,6 +81,71 @@ pub struct ControllerArgs {
     pub now: Option<String>,
     #[command(flatten)]
     pub gpus: GpuCountArgs,
+    #[command(flatten)]
+    pub notify: NotifyArgs,
+}
+
+/// Slack and email warnings (docs/notifications.md). A channel without its settings is off;
+/// a policy that asks for it then records the failure in metrics and its status.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NotifyArgs {
+    /// File holding the Slack bot token (xoxb-…), re-read on every send.
+    #[arg(long, env = "GPU_REAPER_SLACK_TOKEN_FILE")]
+    pub slack_token_file: Option<PathBuf>,
+    /// File holding the Slack app's signing secret (verifies interactive payloads).
+    #[arg(long, env = "GPU_REAPER_SLACK_SIGNING_SECRET_FILE")]
+    pub slack_signing_secret_file: Option<PathBuf>,
+    /// Slack Web API base URL (tests point it at a local server).
+    #[arg(
+        long,
+        env = "GPU_REAPER_SLACK_API_URL",
+        default_value = "https://slack.com/api"
+    )]
+    pub slack_api_url: String,
+    /// Extra CA bundle (PEM) to trust for the Slack API URL.
+    #[arg(long, env = "GPU_REAPER_SLACK_CA_FILE")]
+    pub slack_ca_file: Option<PathBuf>,
+    /// SMTP server host; email is off without it.
+    #[arg(long, env = "GPU_REAPER_SMTP_HOST")]
+    pub smtp_host: Option<String>,
+    /// SMTP port (default: 587 for starttls, 465 for tls, 25 for none).
+    #[arg(long, env = "GPU_REAPER_SMTP_PORT")]
+    pub smtp_port: Option<u16>,
+    /// Transport security: `starttls` (required), `tls` (implicit, SMTPS) or `none`.
+    #[arg(long, env = "GPU_REAPER_SMTP_SECURITY", value_enum, default_value_t = SmtpSecurity::Starttls)]
+    pub smtp_security: SmtpSecurity,
+    /// Extra CA bundle (PEM) to trust for the SMTP server.
+    #[arg(long, env = "GPU_REAPER_SMTP_CA_FILE")]
+    pub smtp_ca_file: Option<PathBuf>,
+    /// SMTP user (with --smtp-password-file).
+    #[arg(long, env = "GPU_REAPER_SMTP_USER")]
+    pub smtp_user: Option<String>,
+    /// File holding the SMTP password, re-read on every send.
+    #[arg(long, env = "GPU_REAPER_SMTP_PASSWORD_FILE")]
+    pub smtp_password_file: Option<PathBuf>,
+    /// From address of warning emails.
+    #[arg(
+        long,
+        env = "GPU_REAPER_SMTP_FROM",
+        default_value = "gpu-reaper <gpu-reaper@localhost>"
+    )]
+    pub smtp_from: String,
+    /// YAML file overriding message templates (docs/notifications.md#templates).
+    #[arg(long, env = "GPU_REAPER_NOTIFY_TEMPLATES")]
+    pub notify_templates: Option<PathBuf>,
+    /// Public URL of a dashboard for the workload, as a template with {namespace},
+    /// {kind} and {name}; linked from Slack and email when set.
+    #[arg(long, env = "GPU_REAPER_WORKLOAD_URL")]
+    pub workload_url: Option<String>,
+}
+
+/// How the SMTP connection is secured.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SmtpSecurity {
+    #[default]
+    Starttls,
+    Tls,
+    None,
 }
 
 /// `gpu-reaper wake`.

@@ -24,6 +24,14 @@ pub const RECLAIMED: &str = "gpureaper.io/reclaimed";
 /// as `gpu-reaper wake` does; the controller removes it when done.
 pub const WAKE: &str = "gpureaper.io/wake";
 
+/// Annotation (controller): JSON delivery state of the Slack and email warnings of the
+/// current idle period, `{"for": <warned-at>, "slack": {...}, "email": {...}}` with
+/// `state` (`sent`, `failed`, `unrouted`), `attempts`, `next` (retry time), `to` (who),
+/// `error` (last failure) — docs/notifications.md#delivery.
+pub const NOTIFIED: &str = "gpureaper.io/notified";
+/// Annotation (controller): the owner and channels the last warning was routed to.
+pub const NOTIFIED_OWNER: &str = "gpureaper.io/notified-owner";
+
 /// The name kube-state-metrics gives a label or annotation key in `kube_pod_labels` /
 /// `kube_pod_annotations` (`gpureaper.io/exempt` → `gpureaper_io_exempt`).
 pub fn ksm_sanitize(key: &str) -> String {

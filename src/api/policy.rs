@@ -212,6 +212,18 @@ pub struct WarnSpec {
     /// Where to warn. A Kubernetes Event on the workload is always recorded.
     #[serde(default = "default_channels")]
     pub channels: Vec<Channel>,
+    /// Who to warn when the workload, its pods and its namespace name nobody in
+    /// `gpureaper.io/owner`: an email address and/or a Slack member ID (comma-separated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_owner: Option<String>,
+    /// Slack channel (ID or #name) for warnings about workloads with no Slack owner, and
+    /// where "Not mine" answers go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack_channel: Option<String>,
+    /// Act only after a Slack or email warning was delivered (not just the Event). A
+    /// channel that keeps failing then holds the action back; the status says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_delivery: bool,
 }
 
 /// Notification channel.
@@ -464,6 +476,9 @@ impl Default for WarnSpec {
         Self {
             after: default_warn_after(),
             channels: default_channels(),
+            default_owner: None,
+            slack_channel: None,
+            require_delivery: false,
         }
     }
 }

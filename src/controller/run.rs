@@ -380,6 +380,7 @@ impl Controller {
             reason,
             severity,
             message,
+            personal: None,
         };
         for notifier in &self.notifiers {
             if let Err(e) = notifier.notify(&notification).await {

@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use super::{Notification, Notifier, Severity};
+use super::{Failure, Notification, Notifier, Severity};
 
 /// Publishes notifications as Events (series of the same reason are aggregated by the
 /// recorder, as the API server expects).
@@ -33,7 +33,7 @@ impl Notifier for EventNotifier {
         "event"
     }
 
-    fn notify<'a>(&'a self, n: &'a Notification) -> BoxFuture<'a, Result<(), String>> {
+    fn notify<'a>(&'a self, n: &'a Notification) -> BoxFuture<'a, Result<String, Failure>> {
         async move {
             let w = &n.workload;
             let reference = ObjectReference {
@@ -57,7 +57,8 @@ impl Notifier for EventNotifier {
             self.recorder
                 .publish(&event, &reference)
                 .await
-                .map_err(|e| e.to_string())
+                .map(|()| format!("Event on {}", w.key()))
+                .map_err(|e| Failure::Retry(e.to_string()))
         }
         .boxed()
     }

@@ -1,8 +1,13 @@
 //! Telling people: every ladder step and every action goes through the [`Notifier`]s the
-//! controller is given. The Kubernetes Event notifier (`events`) always runs; Slack and
-//! email plug in here (their own issue).
+//! controller is given. The Kubernetes Event notifier (`events`) always runs; Slack
+//! (`slack`) and email (`email`) carry the warnings and reclaim notices of the policies
+//! that list them in `warn.channels`, to the owner `owner` resolves, with the content
+//! `content` renders. Delivery state (sent once per idle period, retried on failure) is
+//! the controller's: see `controller::deliver`.
 
+pub mod content;
 pub mod events;
+pub mod owner;
 
 use futures::future::BoxFuture;
 
@@ -26,12 +31,51 @@ pub struct Notification {
     pub severity: Severity,
     /// The sentence(s) a person reads: what, since when, what happens next, how to keep it.
     pub message: String,
+    /// For Slack and email: the full content and who it is for. `None`: Event only.
+    pub personal: Option<Personal>,
+}
+
+/// A warning or reclaim notice addressed to a person.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Personal {
+    pub kind: content::Kind,
+    /// The values of every template field (content::FIELDS).
+    pub fields: content::Fields,
+    /// The subject and plain text, from the (possibly overridden) templates.
+    pub rendered: content::Rendered,
+    pub owner: owner::Owner,
+    /// The governing policy's name (Slack buttons carry it to find `maxSnooze`).
+    pub policy: String,
+    /// The policy's `warn.slackChannel`.
+    pub slack_channel: Option<String>,
+}
+
+/// Why a notification was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Worth retrying later (server down, rate limited, 5xx…).
+    Retry(String),
+    /// Nobody to send it to on this channel (no owner address, no fallback channel):
+    /// retrying cannot help until the owner annotation or the policy changes.
+    Unrouted(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Retry(s) => write!(f, "{s}"),
+            Failure::Unrouted(s) => write!(f, "not routed: {s}"),
+        }
+    }
 }
 
 /// A channel notifications are sent through.
 pub trait Notifier: Send + Sync {
     /// Name for logs and metrics (`event`, `slack`, `email`).
     fn name(&self) -> &'static str;
-    /// Sends one notification; an error says why it was not delivered.
-    fn notify<'a>(&'a self, notification: &'a Notification) -> BoxFuture<'a, Result<(), String>>;
+    /// Sends one notification; `Ok` says to whom, an error why it was not delivered.
+    fn notify<'a>(
+        &'a self,
+        notification: &'a Notification,
+    ) -> BoxFuture<'a, Result<String, Failure>>;
 }
