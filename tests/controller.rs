@@ -773,3 +773,51 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
 fn s_get(sim: &KubeSim, group: &str, plural: &str, name: &str) -> Value {
     sim.get(group, plural, "ml", name).unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_renews_its_lease_between_evaluations() {
+    let s = setup("renew", "Audit").await;
+    let port = common::free_port();
+    // Evaluations an hour apart, a Lease of 2 s: only renewing on its own clock keeps it.
+    let _leader = tokio::process::Command::new(BIN)
+        .args(["controller", "--interval", "1h", "--lease-duration", "2s"])
+        .args([
+            "--prometheus-url",
+            &s.prometheus.url,
+            "--scrape-interval",
+            "1m",
+        ])
+        .args(["--identity", "a", "--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !common::http_ok(port, "/readyz") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "controller never ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Three Lease durations later the standby still cannot take over.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let (ok, log) = cycle_with_lease(&s, 125, "b", "2s").await;
+    assert!(
+        !ok,
+        "the standby took a Lease its leader keeps renewing: {log}"
+    );
+    assert!(log.contains("not the leader"), "{log}");
+    let lease = s
+        .sim
+        .get(
+            "coordination.k8s.io",
+            "leases",
+            "gpu-reaper",
+            "gpu-reaper-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "a");
+}

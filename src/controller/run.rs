@@ -234,6 +234,9 @@ struct Controller {
     metrics: Arc<Metrics>,
     /// Longest interval billed to namespaces in one evaluation (twice `--interval`).
     max_billing_gap: SignedDuration,
+    /// Whether this replica holds the Lease, kept current by the renewal task: an action
+    /// is only taken while it is true, so a leader that loses the Lease mid-cycle stops.
+    leading: Arc<AtomicBool>,
 }
 
 /// Lists every object of `api` in pages of 500.
@@ -639,6 +642,10 @@ impl Controller {
                 .await;
             }
             Step::Act(action) => {
+                if !self.leading.load(Ordering::SeqCst) {
+                    tracing::warn!(workload = %key, "lost the Lease during the cycle; not acting (the new leader decides)");
+                    return;
+                }
                 let result = actions::act(&self.client, action, root, &w.pods, now).await;
                 let (label, type_, reason_word, note) = match result {
                     Ok(Outcome::Done(s)) => {
@@ -910,14 +917,50 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             metrics: metrics.clone(),
             max_billing_gap: SignedDuration::try_from(interval * 2)
                 .unwrap_or(SignedDuration::from_mins(2)),
+            leading: Arc::new(AtomicBool::new(false)),
         };
-        let elector = Elector::new(
+        let elector = Arc::new(Elector::new(
             client,
             &args.lease_namespace,
             &args.lease_name,
             &identity,
             lease_duration,
-        );
+        ));
+        if !args.once {
+            // The Lease is renewed on its own clock (a third of its duration), not once per
+            // evaluation: with --interval longer than --lease-duration, replicas would
+            // otherwise take turns leading.
+            let (elector, leading, metrics) = (
+                elector.clone(),
+                controller.leading.clone(),
+                metrics.clone(),
+            );
+            let period = (lease_duration.unsigned_abs() / 3).max(std::time::Duration::from_secs(1));
+            // The first attempt before the first evaluation, then on the renewal clock.
+            let first = elector.try_lead().await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "leader election failed; retrying");
+                false
+            });
+            leading.store(first, Ordering::SeqCst);
+            metrics.leader.set(i64::from(first));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(period).await;
+                    let now_leading = match elector.try_lead().await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "leader election failed; not acting until the Lease is renewed");
+                            false
+                        }
+                    };
+                    if leading.swap(now_leading, Ordering::SeqCst) != now_leading {
+                        tracing::info!(leading = now_leading, "leadership changed");
+                    }
+                    metrics.leader.set(i64::from(now_leading));
+                }
+            });
+        }
+        let mut was_leading = false;
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -936,23 +979,27 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                     tick.tick().await;
                 }
             }
-            let leading = match elector.try_lead().await {
-                Ok(l) => l,
-                Err(e) if args.once => {
-                    return Err(Error::Kube {
-                        action: format!(
-                            "taking the Lease {}/{}",
-                            args.lease_namespace, args.lease_name
-                        ),
-                        source: e,
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "leader election failed; not acting this cycle");
-                    false
-                }
+            let leading = if args.once {
+                let l = elector.try_lead().await.map_err(|e| Error::Kube {
+                    action: format!(
+                        "taking the Lease {}/{}",
+                        args.lease_namespace, args.lease_name
+                    ),
+                    source: e,
+                })?;
+                controller.leading.store(l, Ordering::SeqCst);
+                controller.metrics.leader.set(i64::from(l));
+                l
+            } else {
+                controller.leading.load(Ordering::SeqCst)
             };
-            controller.metrics.leader.set(i64::from(leading));
+            if leading && !was_leading && !args.once {
+                // A standby taking over reads what the previous leader recorded in Audit mode.
+                controller.audit =
+                    load_audit_memory(&controller.client, &args.lease_namespace, &audit_configmap)
+                        .await;
+            }
+            was_leading = leading;
             if leading {
                 let now = fixed_now.unwrap_or_else(Timestamp::now);
                 let before = controller.audit.clone();
