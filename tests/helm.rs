@@ -535,12 +535,17 @@ async fn bad_values_are_refused_with_the_field_and_the_fix() {
 
 // ---- the installed chart at work, as its own ServiceAccounts ----
 
-/// A kubeconfig for kube-sim that authenticates as `system:serviceaccount:ns:name`.
+/// A kubeconfig for kube-sim that authenticates as `system:serviceaccount:gpu-reaper:name`.
 fn service_account_kubeconfig(sim: &KubeSim, dir: &Path, name: &str) -> std::path::PathBuf {
+    user_kubeconfig(sim, dir, NS, name)
+}
+
+/// A kubeconfig for kube-sim that authenticates as `system:serviceaccount:ns:name`.
+fn user_kubeconfig(sim: &KubeSim, dir: &Path, ns: &str, name: &str) -> std::path::PathBuf {
     let mut config: Value =
         serde_yaml::from_str(&std::fs::read_to_string(sim.kubeconfig_path()).unwrap()).unwrap();
-    config["users"][0]["user"] = json!({"token": format!("system:serviceaccount:{NS}:{name}")});
-    let path = dir.join(format!("{name}.kubeconfig"));
+    config["users"][0]["user"] = json!({"token": format!("system:serviceaccount:{ns}:{name}")});
+    let path = dir.join(format!("{ns}-{name}.kubeconfig"));
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
     path
 }
@@ -639,7 +644,12 @@ fn workloads() -> Vec<Value> {
         // A StatefulSet no Enforce policy takes: the chart's Audit sample policy governs it.
         json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ml"},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}}, "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
-        pod("db-0", Some(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-db", "controller": true}))),
+        pod(
+            "db-0",
+            Some(
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-db", "controller": true}),
+            ),
+        ),
         // A Kubeflow Notebook (its controller's StatefulSet and pod) ...
         crd("kubeflow.org", "Notebook", "notebooks"),
         json!({"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": {"name": "nb", "namespace": "ml"},
@@ -825,7 +835,10 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
     assert_eq!(job["spec"]["suspend"], true, "suspended");
     assert!(sim.get("", "pods", "ml", "scratch").is_none(), "evicted");
     let db = sim.get("apps", "statefulsets", "ml", "db").unwrap();
-    assert_eq!(db["spec"]["replicas"], 1, "the Audit sample policy never acts");
+    assert_eq!(
+        db["spec"]["replicas"], 1,
+        "the Audit sample policy never acts"
+    );
     let notebook = sim.get("kubeflow.org", "notebooks", "ml", "nb").unwrap();
     assert!(
         notebook["metadata"]["annotations"]["kubeflow-resource-stopped"].is_string(),
@@ -872,4 +885,136 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
             "{user} never made {verb} {resource}: {accesses:#?}"
         );
     }
+}
+
+/// kubectl or gpu-reaper as a given kubeconfig.
+async fn run_as(
+    program: &str,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String) {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        use tokio::io::AsyncWriteExt;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .await
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_people_roles_let_teams_write_attestations_and_only_approvers_approve() {
+    let sim = KubeSim::start().await.unwrap();
+    install(&sim, "gpu-reaper", &defaults())
+        .await
+        .expect("helm install");
+    sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}))
+        .unwrap();
+    // A team member bound in their namespace; an approver bound cluster-wide.
+    sim.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "attestation-editors", "namespace": "team-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-reaper-attestation-editor"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": "team-a"}]}))
+    .unwrap();
+    sim.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "attestation-approvers"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-reaper-attestation-approver"},
+        "subjects": [{"kind": "ServiceAccount", "name": "oncall", "namespace": "platform"}]}))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = user_kubeconfig(&sim, dir.path(), "team-a", "dev");
+    let oncall = user_kubeconfig(&sim, dir.path(), "platform", "oncall");
+    let attestation = "apiVersion: gpureaper.io/v1alpha1\nkind: ReadinessAttestation\nmetadata: {name: llama, namespace: team-a}\nspec:\n  selector: {matchLabels: {app: llama}}\n  maxGpus: 64\n  expiresAt: \"2099-01-01T00:00:00Z\"\n";
+
+    let (ok, text) = run_as("kubectl", &dev, &["apply", "-f", "-"], Some(attestation)).await;
+    assert!(ok, "a team member writes the spec: {text}");
+    let (ok, text) = run_as(
+        "kubectl",
+        &dev,
+        &[
+            "patch",
+            "readinessattestation",
+            "llama",
+            "-n",
+            "team-a",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"approvedBy":"me"}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        !ok && text.contains("forbidden"),
+        "a team cannot approve itself: {text}"
+    );
+    let (ok, text) = run_as(BIN, &dev, &["attest", "approve", "team-a/llama"], None).await;
+    assert!(!ok && text.contains("forbidden"), "{text}");
+    let (ok, text) = run_as(
+        "kubectl",
+        &dev,
+        &["apply", "-f", "-"],
+        Some(&attestation.replace("namespace: team-a", "namespace: default")),
+    )
+    .await;
+    assert!(
+        !ok && text.contains("forbidden"),
+        "the editor role is bound in team-a only: {text}"
+    );
+
+    let (ok, text) = run_as(
+        BIN,
+        &oncall,
+        &["attest", "approve", "team-a/llama", "--approver", "oncall"],
+        None,
+    )
+    .await;
+    assert!(ok, "the approver approves: {text}");
+    let stored = sim
+        .get("gpureaper.io", "readinessattestations", "team-a", "llama")
+        .unwrap();
+    assert_eq!(stored["status"]["approvedBy"], "oncall");
+    let (ok, text) = run_as(
+        "kubectl",
+        &oncall,
+        &["delete", "readinessattestation", "llama", "-n", "team-a"],
+        None,
+    )
+    .await;
+    assert!(
+        !ok && text.contains("forbidden"),
+        "approvers change status only: {text}"
+    );
+    let refused: Vec<_> = sim
+        .accesses()
+        .into_iter()
+        .filter(|a| !a.allowed && a.user.ends_with(":oncall") && a.verb != "delete")
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "attest approve needs more than the approver role: {refused:#?}"
+    );
 }

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     cel,
     printcolumn(name = "Max GPUs", type_ = "integer", json_path = ".spec.maxGpus"),
-    printcolumn(name = "Expires", type_ = "date", json_path = ".spec.expiresAt"),
+    printcolumn(name = "Expires", type_ = "string", json_path = ".spec.expiresAt"),
     printcolumn(
         name = "Approved",
         type_ = "string",
