@@ -36,7 +36,7 @@ pub enum Command {
     Check(CheckArgs),
     /// Run the controller: find GPU workloads, match them to GpuPolicies, warn, then act
     /// on what stays idle (Enforce) or report what it would do (Audit).
-    Controller(ControllerArgs),
+    Controller(Box<ControllerArgs>),
     /// Put a reclaimed workload back as it was (replicas, unsuspend) and restart its idle
     /// ladder with a fresh startup grace.
     Wake(WakeArgs),
