@@ -761,7 +761,7 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
             service_account_kubeconfig(&sim, dir.path(), "gpu-reaper-webhook"),
         )
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();

@@ -309,23 +309,32 @@ impl Controller {
                 .iter(),
             &self.resources,
         );
+        // Pods may name a ResourceClaim directly: its GPUs count (as the watches do).
+        let claims = inventory::claim_gpus(
+            list_all(&Api::<k8s_openapi::api::resource::v1::ResourceClaim>::all(
+                c.clone(),
+            ))
+            .await
+            .unwrap_or_default()
+            .iter(),
+            &self.resources,
+        );
         let pods = list_all(&Api::<k8s_openapi::api::core::v1::Pod>::all(c.clone()))
             .await
             .map_err(kube_err("listing pods"))?;
         let gpu_pods: Vec<_> = pods
             .iter()
             .filter_map(|p| serde_json::to_value(p).ok())
-            .filter_map(|v| inventory::pod_info_with(&v, &self.resources, &templates, now))
+            .filter_map(|v| {
+                inventory::pod_info_with_claims(&v, &self.resources, &templates, &claims, now)
+            })
             .collect();
         let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
-        for &(group, version, kind, plural) in OWNER_KINDS {
-            let resource = kube::api::ApiResource {
-                group: group.into(),
-                version: version.into(),
-                api_version: format!("{group}/{version}"),
-                kind: kind.into(),
-                plural: plural.into(),
-            };
+        // The same owner kinds the watches use: the built-in list plus every namespaced
+        // kind with /scale that discovery finds.
+        for resource in super::caches::owner_resources(c, OWNER_KINDS).await {
+            let (group, kind) = (resource.group.clone(), resource.kind.clone());
+            let kind = kind.as_str();
             let api: Api<DynamicObject> = Api::all_with(c.clone(), &resource);
             let mut params = ListParams::default().limit(500);
             loop {
@@ -339,6 +348,11 @@ impl Controller {
                             && group != "batch" =>
                     {
                         tracing::debug!(kind, "not served here; skipped");
+                        break;
+                    }
+                    // A discovered kind RBAC does not let us list: skipped, as the watches do.
+                    Err(kube::Error::Api(e)) if e.code == 403 => {
+                        tracing::info!(kind, "not allowed to list; skipped");
                         break;
                     }
                     Err(e) => return Err(kube_err("listing workload owners")(e)),
