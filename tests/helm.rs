@@ -491,6 +491,26 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
     let json: Value =
         serde_json::from_str(dashboard["data"]["gpu-reaper.json"].as_str().unwrap()).unwrap();
     assert!(json["panels"].is_array());
+    // Without the webhook, its alert group is left out (its "down" alert would fire).
+    let controller_only = json!({"prometheus": {"url": "http://p:9090"}, "webhook": {"enabled": false},
+                                 "prometheusRule": {"enabled": true}, "samplePolicy": {"enabled": false}});
+    let out = install(&sim, "solo", &controller_only)
+        .await
+        .expect("helm install");
+    let solo = documents(out["manifest"].as_str().unwrap());
+    let names: Vec<&str> = find(&solo, "PrometheusRule", "solo-gpu-reaper")["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(names, ["gpu-reaper-controller"]);
+    assert!(
+        !solo
+            .iter()
+            .any(|o| o["kind"] == "ValidatingWebhookConfiguration")
+    );
+
     let monitor = find(&objects, "ServiceMonitor", "reaper-gpu-reaper");
     assert_eq!(
         monitor["metadata"]["labels"]["release"],
