@@ -3,6 +3,7 @@
 //! warn) → status, by the Lease holder only.
 
 pub mod caches;
+pub mod deliver;
 pub mod lease;
 pub mod plan;
 pub mod run;

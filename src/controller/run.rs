@@ -27,10 +27,12 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
+use super::deliver::{self, Delivery};
 use super::lease::Elector;
 use super::plan::{AuditMemory, by_pod, plan};
 use crate::admission::count::GpuResources;
 use crate::api::conditions::{condition, set_condition};
+use crate::api::policy::Channel;
 use crate::api::policy::{GpuPolicyStatus, PolicyMode, WorkloadCounts};
 use crate::api::{GpuPolicy, keys};
 use crate::cli::ControllerArgs;
@@ -38,8 +40,9 @@ use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
 use crate::engine::Rules;
 use crate::engine::model::{Decision, Step};
+use crate::notify::content::{Kind, Templates};
 use crate::notify::events::EventNotifier;
-use crate::notify::{Notification, Notifier, Severity};
+use crate::notify::{Failure, Notification, Notifier, Personal, Severity};
 use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
 use crate::telemetry::prometheus::{LiveSettings, PrometheusSource};
 use crate::{Error, Result};
@@ -48,6 +51,12 @@ use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotifyLabels {
+    channel: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +72,7 @@ pub struct Metrics {
     idle_workloads: Family<PolicyLabels, Gauge>,
     actions: Family<ActionLabels, Counter>,
     telemetry_errors: Family<PolicyLabels, Counter>,
+    notifications: Family<NotifyLabels, Counter>,
     cycle: Histogram,
     leader: Gauge,
 }
@@ -94,6 +104,12 @@ impl Metrics {
             "Evaluations skipped because Prometheus failed",
             Clone::clone(&telemetry_errors),
         );
+        let notifications = Family::default();
+        registry.register(
+            "notifications",
+            "Slack and email messages by channel and result (sent, failed, unrouted)",
+            Clone::clone(&notifications),
+        );
         let cycle = Histogram::new(exponential_buckets(0.01, 2.0, 12));
         registry.register(
             "evaluation_duration_seconds",
@@ -112,6 +128,7 @@ impl Metrics {
             idle_workloads,
             actions,
             telemetry_errors,
+            notifications,
             cycle,
             leader,
         }
@@ -237,6 +254,14 @@ struct Controller {
     /// Whether this replica holds the Lease, kept current by the renewal task: an action
     /// is only taken while it is true, so a leader that loses the Lease mid-cycle stops.
     leading: Arc<AtomicBool>,
+    /// Slack and email, for the policies that list them in `warn.channels`.
+    personal: Vec<(Channel, Box<dyn Notifier>)>,
+    templates: Templates,
+    workload_url: Option<String>,
+    /// Failed or unrouted personal messages this cycle, by policy (for its status).
+    delivery_problems: HashMap<String, Vec<String>>,
+    /// Namespace annotations read this cycle (owner resolution).
+    namespace_annotations: HashMap<String, BTreeMap<String, String>>,
 }
 
 /// Lists every object of `api` in pages of 500.
@@ -409,6 +434,8 @@ impl Controller {
     /// One evaluation of every policy.
     async fn cycle(&mut self, now: Timestamp) -> Result<()> {
         let started = Instant::now();
+        self.delivery_problems.clear();
+        self.namespace_annotations.clear();
         let Observed {
             workloads,
             owners,
@@ -485,7 +512,11 @@ impl Controller {
                     reason = %d.reason,
                     "decision"
                 );
-                self.apply(policy, w, d, now).await;
+                let model = model_of(w, &grouped);
+                if policy.spec.mode == PolicyMode::Enforce && d.step != Step::Warn {
+                    self.retry_deliveries(policy, w, d, &model, now).await;
+                }
+                self.apply(policy, w, d, &model, now).await;
                 if matches!(d.step, Step::Warn) || w.root.annotations.contains_key(keys::WARNED_AT)
                 {
                     counts.warned += 1;
@@ -592,7 +623,14 @@ impl Controller {
         self.notify(root, type_, reason, note).await;
     }
 
-    async fn apply(&mut self, policy: &GpuPolicy, w: &Workload, d: &Decision, now: Timestamp) {
+    async fn apply(
+        &mut self,
+        policy: &GpuPolicy,
+        w: &Workload,
+        d: &Decision,
+        model: &str,
+        now: Timestamp,
+    ) {
         let root = &w.root;
         let key = root.key();
         let audit = policy.spec.mode == PolicyMode::Audit;
@@ -619,11 +657,17 @@ impl Controller {
                     root.namespace,
                     keys::SNOOZE_UNTIL
                 );
+                let channels = deliver::personal_channels(policy);
                 if audit {
                     self.audit.warned_at.insert(key.clone(), now);
                 } else {
-                    let patch =
-                        json!({"metadata": {"annotations": {keys::WARNED_AT: now.to_string()}}});
+                    // The Slack/email bookkeeping starts in the same patch as the warning.
+                    let mut annotations = json!({keys::WARNED_AT: now.to_string()});
+                    if !channels.is_empty() {
+                        annotations[keys::NOTIFIED] =
+                            json!(Delivery::start(now, &channels).to_annotation());
+                    }
+                    let patch = json!({"metadata": {"annotations": annotations}});
                     if let Err(e) = actions::merge_patch(
                         &self.client,
                         root,
@@ -637,6 +681,19 @@ impl Controller {
                     }
                 }
                 self.notify(root, Severity::Warning, "IdleGpus", note).await;
+                if !channels.is_empty() {
+                    let action_at = idle_since + rules.action_after;
+                    let personal = self
+                        .personal_message(policy, w, d, model, Kind::Warning, action_at, now)
+                        .await;
+                    let mut delivery = Delivery::start(now, &channels);
+                    let due: Vec<String> = delivery.channels.keys().cloned().collect();
+                    self.send_personal(policy, root, &personal, &due, &mut delivery, now)
+                        .await;
+                    if !audit {
+                        self.save_delivery(root, &delivery).await;
+                    }
+                }
             }
             Step::WouldAct(action) => {
                 self.audit.would_act_at.insert(key.clone(), now);
@@ -658,6 +715,20 @@ impl Controller {
             Step::Act(action) => {
                 if !self.leading.load(Ordering::SeqCst) {
                     tracing::warn!(workload = %key, "lost the Lease during the cycle; not acting (the new leader decides)");
+                    return;
+                }
+                if policy.spec.warn.require_delivery
+                    && !deliver::personal_channels(policy).is_empty()
+                    && !Delivery::parse(&root.annotations).is_some_and(|d| d.delivered())
+                {
+                    tracing::info!(workload = %key, "warn.requireDelivery: no Slack or email warning delivered yet; not acting");
+                    self.metrics
+                        .actions
+                        .get_or_create(&ActionLabels {
+                            action: format!("{action:?}"),
+                            result: "held_for_delivery",
+                        })
+                        .inc();
                     return;
                 }
                 let result = actions::act(&self.client, action, root, &w.pods, now).await;
@@ -691,9 +762,189 @@ impl Controller {
                     })
                     .inc();
                 tracing::info!(workload = %key, action = ?action, result = label, detail = %note, "action");
+                let channels = deliver::personal_channels(policy);
+                if label == "done" && !channels.is_empty() {
+                    let rules = Rules::from_spec(&policy.spec);
+                    let action_at = d.verdict.idle_since.unwrap_or(now) + rules.action_after;
+                    let mut personal = self
+                        .personal_message(policy, w, d, model, Kind::Reclaimed, action_at, now)
+                        .await;
+                    personal.fields.insert("detail", note.clone());
+                    personal.rendered = self.templates.render(Kind::Reclaimed, &personal.fields);
+                    // Best effort: the reclaim notice is not retried (the Event records it).
+                    let mut delivery = Delivery::start(now, &channels);
+                    let due: Vec<String> = delivery.channels.keys().cloned().collect();
+                    self.send_personal(policy, root, &personal, &due, &mut delivery, now)
+                        .await;
+                }
                 self.notify(root, type_, reason_word, note).await;
             }
         }
+    }
+
+    /// The Slack/email message for a decision: owner resolved, fields filled, rendered.
+    #[allow(clippy::too_many_arguments)]
+    async fn personal_message(
+        &mut self,
+        policy: &GpuPolicy,
+        w: &Workload,
+        d: &Decision,
+        model: &str,
+        kind: Kind,
+        action_at: Timestamp,
+        now: Timestamp,
+    ) -> Personal {
+        let ns = w.root.namespace.clone();
+        if !self.namespace_annotations.contains_key(&ns) {
+            let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+            let annotations = match api.get_metadata_opt(&ns).await {
+                Ok(m) => m.and_then(|m| m.metadata.annotations).unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, error = %e, "could not read the namespace's owner annotation");
+                    BTreeMap::new()
+                }
+            };
+            self.namespace_annotations.insert(ns.clone(), annotations);
+        }
+        let pods: Vec<&BTreeMap<String, String>> =
+            w.pods.iter().map(|p| &p.meta.annotations).collect();
+        let owner = crate::notify::owner::resolve(
+            &w.root.annotations,
+            &pods,
+            &self.namespace_annotations[&ns],
+            policy.spec.warn.default_owner.as_deref(),
+        );
+        if !owner.invalid.is_empty() {
+            tracing::warn!(workload = %w.root.key(), invalid = ?owner.invalid, "gpureaper.io/owner entries that are neither an email nor a Slack member ID");
+        }
+        let fields = deliver::fields(
+            policy,
+            w,
+            d,
+            model,
+            action_at,
+            now,
+            &owner.describe(),
+            self.workload_url.as_deref(),
+        );
+        Personal {
+            kind,
+            rendered: self.templates.render(kind, &fields),
+            fields,
+            owner,
+            policy: policy.metadata.name.clone().unwrap_or_default(),
+            slack_channel: policy.spec.warn.slack_channel.clone(),
+        }
+    }
+
+    /// Sends `personal` on the `due` channels, recording each result in `delivery`, the
+    /// metrics and the policy's delivery problems.
+    async fn send_personal(
+        &mut self,
+        policy: &GpuPolicy,
+        root: &ObjectInfo,
+        personal: &Personal,
+        due: &[String],
+        delivery: &mut Delivery,
+        now: Timestamp,
+    ) {
+        let policy_name = policy.metadata.name.clone().unwrap_or_default();
+        let notification = Notification {
+            workload: root.clone(),
+            reason: match personal.kind {
+                Kind::Warning => "IdleGpus",
+                Kind::Reclaimed => "Reclaimed",
+            },
+            severity: Severity::Warning,
+            message: personal.rendered.text.clone(),
+            personal: Some(personal.clone()),
+        };
+        for channel in due {
+            let notifier = self
+                .personal
+                .iter()
+                .find(|(c, _)| deliver::channel_name(*c) == channel)
+                .map(|(_, n)| n);
+            let result = match notifier {
+                Some(n) => n.notify(&notification).await,
+                None => Err(Failure::Unrouted(format!(
+                    "the policy warns on {channel} but the controller has no {channel} settings (docs/notifications.md)"
+                ))),
+            };
+            let label = match &result {
+                Ok(_) => "sent",
+                Err(Failure::Retry(_)) => "failed",
+                Err(Failure::Unrouted(_)) => "unrouted",
+            };
+            match &result {
+                Ok(to) => {
+                    tracing::info!(workload = %root.key(), channel, to = %to, "notification sent")
+                }
+                Err(e) => {
+                    tracing::warn!(workload = %root.key(), channel, error = %e, "notification not delivered");
+                    self.delivery_problems
+                        .entry(policy_name.clone())
+                        .or_default()
+                        .push(format!("{channel} to {}: {e}", root.key()));
+                }
+            }
+            self.metrics
+                .notifications
+                .get_or_create(&NotifyLabels {
+                    channel: channel.clone(),
+                    result: label,
+                })
+                .inc();
+            delivery.record(channel, &result, now);
+        }
+    }
+
+    async fn save_delivery(&self, root: &ObjectInfo, delivery: &Delivery) {
+        let patch =
+            json!({"metadata": {"annotations": {keys::NOTIFIED: delivery.to_annotation()}}});
+        if let Err(e) =
+            actions::merge_patch(&self.client, root, &patch, "recording delivery".into()).await
+        {
+            tracing::warn!(workload = %root.key(), error = %e, "could not record the delivery state (a message may be sent again)");
+        }
+    }
+
+    /// Sends again the warnings of this idle period that failed (after their backoff) or
+    /// were left `sending` by a controller that stopped.
+    async fn retry_deliveries(
+        &mut self,
+        policy: &GpuPolicy,
+        w: &Workload,
+        d: &Decision,
+        model: &str,
+        now: Timestamp,
+    ) {
+        let root = &w.root;
+        let Some(mut delivery) = Delivery::parse(&root.annotations) else {
+            return;
+        };
+        let warned: Option<Timestamp> = root
+            .annotations
+            .get(keys::WARNED_AT)
+            .and_then(|t| t.parse().ok());
+        if warned.is_none()
+            || delivery.for_ != warned
+            || root.annotations.contains_key(keys::REAPED_AT)
+        {
+            return;
+        }
+        let due = delivery.due(now);
+        if due.is_empty() {
+            return;
+        }
+        let rules = Rules::from_spec(&policy.spec);
+        let action_at = d.verdict.idle_since.unwrap_or(now) + rules.action_after;
+        let personal = self
+            .personal_message(policy, w, d, model, Kind::Warning, action_at, now)
+            .await;
+        self.send_personal(policy, root, &personal, &due, &mut delivery, now)
+            .await;
+        self.save_delivery(root, &delivery).await;
     }
 
     /// Records what the reclaimed workload held, for reclaimed GPU-hours and savings.
@@ -720,6 +971,7 @@ impl Controller {
         now: Timestamp,
     ) {
         let name = policy.metadata.name.clone().unwrap_or_default();
+        let evaluated_ok = evaluated.is_some();
         let mut status: GpuPolicyStatus = policy.status.clone().unwrap_or_default();
         status.observed_generation = policy.metadata.generation;
         if let Some(Evaluation {
@@ -780,6 +1032,36 @@ impl Controller {
             status.last_evaluation_time =
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
         }
+        let channels = deliver::personal_channels(policy);
+        if !channels.is_empty() && evaluated_ok {
+            let problems = self
+                .delivery_problems
+                .get(&name)
+                .cloned()
+                .unwrap_or_default();
+            let ok = problems.is_empty();
+            let mut listed: Vec<String> = problems.iter().take(3).cloned().collect();
+            if problems.len() > 3 {
+                listed.push(format!("and {} more", problems.len() - 3));
+            }
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    "NotificationsDelivered",
+                    ok,
+                    if ok { "Delivered" } else { "DeliveryFailed" },
+                    if ok {
+                        "every Slack and email message of the last evaluation was delivered".into()
+                    } else {
+                        format!(
+                            "not delivered in the last evaluation: {}",
+                            listed.join("; ")
+                        )
+                    },
+                ),
+                now,
+            );
+        }
         let degraded = telemetry_error.is_some();
         set_condition(
             &mut status.conditions,
@@ -831,6 +1113,20 @@ impl Controller {
     }
 }
 
+/// The DCGM model name of a workload's GPUs (the first observed), or empty.
+fn model_of(
+    w: &Workload,
+    grouped: &HashMap<(&str, &str), Vec<&crate::engine::model::GpuObservation>>,
+) -> String {
+    w.pods
+        .iter()
+        .filter_map(|p| grouped.get(&(p.meta.namespace.as_str(), p.meta.name.as_str())))
+        .flatten()
+        .map(|o| o.model.clone())
+        .find(|m| !m.is_empty())
+        .unwrap_or_default()
+}
+
 fn inventory_gpus(w: &Workload) -> String {
     crate::admission::message::gpu_count(w.gpus)
 }
@@ -864,6 +1160,12 @@ async fn serve_probes(
     }
 }
 
+/// The Slack and email notifiers the flags configure (none without their settings).
+fn personal_notifiers(_args: &crate::cli::NotifyArgs) -> Result<Vec<(Channel, Box<dyn Notifier>)>> {
+    let out: Vec<(Channel, Box<dyn Notifier>)> = Vec::new();
+    Ok(out)
+}
+
 /// Runs the controller until SIGTERM (or one cycle with `--once`).
 pub fn run(args: &ControllerArgs) -> Result<()> {
     let interval = parse_duration("interval", &args.interval)?.unsigned_abs();
@@ -879,6 +1181,22 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         None => None,
     };
     let settings = crate::admission::webhook::settings(&args.gpus)?;
+    let templates = match &args.notify.notify_templates {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument {
+                flag: "notify-templates",
+                message: format!("{}: {e}", path.display()),
+            })?;
+            Templates::from_yaml(&text, &path.display().to_string()).map_err(|message| {
+                Error::InvalidArgument {
+                    flag: "notify-templates",
+                    message,
+                }
+            })?
+        }
+        None => Templates::default(),
+    };
+    let personal = personal_notifiers(&args.notify)?;
     let source = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
     let identity = args
         .identity
@@ -932,6 +1250,11 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             max_billing_gap: SignedDuration::try_from(interval * 2)
                 .unwrap_or(SignedDuration::from_mins(2)),
             leading: Arc::new(AtomicBool::new(false)),
+            personal,
+            templates,
+            workload_url: args.notify.workload_url.clone(),
+            delivery_problems: HashMap::new(),
+            namespace_annotations: HashMap::new(),
         };
         let elector = Arc::new(Elector::new(
             client,
