@@ -679,7 +679,7 @@ fn the_reference_check_rejects_what_the_code_does_not_export() {
         "sum by (policy) (gpu_reaper_admission_decisions_total)",
         "sum by (le) (gpu_reaper_evaluation_duration_seconds_count)",
         "label_values(gpu_reaper_leader, policy)",
-        "label_values({__name__=~\"gpu_reaper_leader|gpu_reaper_notifications_total\"}, namespace)",
+        "label_values({__name__=~\"gpu_reaper_leader|gpu_reaper_invented_total\"}, namespace)",
     ] {
         assert!(
             !unbacked(bad, &docs, &code).is_empty(),
