@@ -406,6 +406,9 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
         "serviceMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": true},
         "grafanaDashboard": {"enabled": true},
+        "notifications": {"slack": {"tokenSecret": {"name": "slack-bot"}, "signingSecret": {"name": "slack-app"}},
+                          "email": {"host": "smtp.example.com", "security": "tls", "user": "reaper", "passwordSecret": {"name": "smtp"}},
+                          "templates": {"warning": {"subject": "{workload} idle", "text": "{gpus} GPUs idle since {idle_since}"}}},
     });
     let out = install(&sim, "reaper", &values)
         .await
@@ -467,6 +470,24 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
     assert!(args.contains(
         "--prometheus-basic-auth-password-file=/etc/gpu-reaper/prometheus-password/password"
     ));
+    for flag in [
+        "--slack-token-file=/etc/gpu-reaper/slack-token/token",
+        "--slack-signing-secret-file=/etc/gpu-reaper/slack-signing/signing-secret",
+        "--smtp-host=smtp.example.com",
+        "--smtp-security=tls",
+        "--smtp-password-file=/etc/gpu-reaper/smtp-password/password",
+        "--notify-templates=/etc/gpu-reaper/templates/templates.yaml",
+    ] {
+        assert!(args.contains(flag), "{flag} in {args}");
+    }
+    let templates = find(
+        &objects,
+        "ConfigMap",
+        "reaper-gpu-reaper-controller-templates",
+    );
+    let text = templates["data"]["templates.yaml"].as_str().unwrap();
+    gpu_reaper::notify::content::Templates::from_yaml(text, "the chart's templates")
+        .expect("the chart renders templates the controller accepts");
     let role = find(&objects, "ClusterRole", "reaper-gpu-reaper-controller");
     assert!(role["rules"].to_string().contains("widgets/scale"));
 
