@@ -6,6 +6,7 @@
 //! the controller's: see `controller::deliver`.
 
 pub mod content;
+pub mod email;
 pub mod events;
 pub mod owner;
 

@@ -1,0 +1,885 @@
+//! Email: warnings and reclaim notices to the owner's addresses over SMTP
+//! (docs/notifications.md#email). Touches the network (one SMTP connection per send) and
+//! reads the password file on every send, so a rotated Secret takes effect without a
+//! restart; everything else is read once at start-up by [`EmailNotifier::from_args`].
+//!
+//! The message is multipart/alternative: the plain text the templates rendered, and an
+//! HTML part [`html`] builds from the same fields (every value escaped). The snooze
+//! command is in both, in full: the link-free way to keep a workload is a command the
+//! owner can paste.
+//!
+//! The SMTP dialogue is driven step by step (lettre's connection, not its transport) so
+//! each recipient's answer is known: a 5xx to one RCPT makes that address unrouted while
+//! the others still get the message; any 4xx, a refused connection or a timeout retries
+//! the whole message before any copy was sent, so a retry never duplicates a delivery.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::message::{Mailbox, MultiPart};
+use lettre::transport::smtp::authentication::{Credentials, DEFAULT_MECHANISMS};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use lettre::{Address, Message};
+
+use super::content::{Kind, html_escape};
+use super::{Failure, Notification, Notifier, Personal};
+use crate::cli::{NotifyArgs, SmtpSecurity};
+
+/// How long connecting (TCP and, for implicit TLS, the handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the whole dialogue, from connecting to the server accepting the message,
+/// may take. A server that stalls is retried later rather than holding a reconcile.
+const DIALOGUE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long QUIT may take once the outcome is known (its failure changes nothing).
+const QUIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The header naming the workload a message is about, for mail filters and support.
+const WORKLOAD_HEADER: HeaderName = HeaderName::new_from_ascii_str("X-GPU-Reaper-Workload");
+/// RFC 3834: out-of-office and other automatic replies are not sent to gpu-reaper.
+const AUTO_SUBMITTED: HeaderName = HeaderName::new_from_ascii_str("Auto-Submitted");
+
+/// How the connection is secured, with what the TLS handshake checks.
+#[derive(Clone)]
+enum Security {
+    Starttls(TlsParameters),
+    Tls(TlsParameters),
+    None,
+}
+
+/// Sends personal notifications by email. Built from the `--smtp-*` flags.
+pub struct EmailNotifier {
+    host: String,
+    port: u16,
+    security: Security,
+    /// The SMTP user and the file its password is read from on every send.
+    login: Option<(String, PathBuf)>,
+    from: Mailbox,
+}
+
+impl std::fmt::Debug for EmailNotifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailNotifier")
+            .field("server", &self.server())
+            .field(
+                "security",
+                &match self.security {
+                    Security::Starttls(_) => "starttls",
+                    Security::Tls(_) => "tls",
+                    Security::None => "none",
+                },
+            )
+            .field("user", &self.login.as_ref().map(|(user, _)| user))
+            .field("from", &self.from.to_string())
+            .finish()
+    }
+}
+
+fn read_password(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // Secrets mounted from files often end with a newline nobody meant as part of them.
+    let password = text.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        return Err(format!("{}: the file is empty", path.display()));
+    }
+    Ok(password.to_string())
+}
+
+fn tls_parameters(host: &str, ca_file: Option<&Path>) -> Result<TlsParameters, String> {
+    let mut builder = TlsParameters::builder(host.to_string());
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("--smtp-ca-file {}: cannot read it: {e}", path.display()))?;
+        // lettre accepts a file without any certificate; an empty trust addition is a
+        // mistake the operator should hear about now, not at the first handshake.
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let count = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                format!(
+                    "--smtp-ca-file {}: not a PEM certificate bundle ({e})",
+                    path.display()
+                )
+            })?
+            .len();
+        if count == 0 {
+            return Err(format!(
+                "--smtp-ca-file {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+                path.display()
+            ));
+        }
+        let certificate = Certificate::from_pem(&pem).map_err(|e| {
+            format!(
+                "--smtp-ca-file {}: not a PEM certificate bundle ({e})",
+                path.display()
+            )
+        })?;
+        builder = builder.add_root_certificate(certificate);
+    }
+    builder
+        .build()
+        .map_err(|e| format!("--smtp-host {host}: cannot set up TLS for it ({e})"))
+}
+
+impl EmailNotifier {
+    /// The email channel from the flags: `None` without `--smtp-host` (email is off).
+    /// Errors name the flag to fix: an unreadable or empty CA file, a From that is not an
+    /// address, a user without a readable password file (or the reverse), a password over
+    /// an unencrypted connection.
+    pub fn from_args(args: &NotifyArgs) -> Result<Option<EmailNotifier>, String> {
+        let Some(host) = args
+            .smtp_host
+            .as_deref()
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+        else {
+            return Ok(None);
+        };
+        let from: Mailbox = args.smtp_from.trim().parse().map_err(|e| {
+            format!(
+                "--smtp-from {:?}: not an email address ({e}); e.g. \"gpu-reaper <gpu-reaper@example.com>\"",
+                args.smtp_from
+            )
+        })?;
+        let port = match (args.smtp_port, args.smtp_security) {
+            (Some(0), _) => return Err("--smtp-port 0: not a port".into()),
+            (Some(port), _) => port,
+            (None, SmtpSecurity::Starttls) => 587,
+            (None, SmtpSecurity::Tls) => 465,
+            (None, SmtpSecurity::None) => 25,
+        };
+        let security = match args.smtp_security {
+            SmtpSecurity::Starttls => {
+                Security::Starttls(tls_parameters(host, args.smtp_ca_file.as_deref())?)
+            }
+            SmtpSecurity::Tls => Security::Tls(tls_parameters(host, args.smtp_ca_file.as_deref())?),
+            SmtpSecurity::None => {
+                if let Some(path) = &args.smtp_ca_file {
+                    return Err(format!(
+                        "--smtp-ca-file {}: --smtp-security none uses no TLS; use starttls or tls, or drop the CA file",
+                        path.display()
+                    ));
+                }
+                Security::None
+            }
+        };
+        let login = match (&args.smtp_user, &args.smtp_password_file) {
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(
+                    "--smtp-user needs --smtp-password-file (a file holding the password)".into(),
+                );
+            }
+            (None, Some(path)) => {
+                return Err(format!(
+                    "--smtp-password-file {}: needs --smtp-user",
+                    path.display()
+                ));
+            }
+            (Some(user), Some(path)) => {
+                if matches!(security, Security::None) {
+                    return Err(format!(
+                        "--smtp-user {user}: --smtp-security none would send the password in clear text; use starttls or tls"
+                    ));
+                }
+                read_password(path).map_err(|e| format!("--smtp-password-file {e}"))?;
+                Some((user.clone(), path.clone()))
+            }
+        };
+        Ok(Some(EmailNotifier {
+            host: host.to_string(),
+            port,
+            security,
+            login,
+            from,
+        }))
+    }
+
+    fn server(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// The SMTP dialogue up to the server accepting the message (or refusing every
+    /// recipient). Returns the open connection so QUIT can be bounded separately.
+    async fn deliver(
+        &self,
+        recipients: &[Address],
+        message: &[u8],
+        credentials: Option<&Credentials>,
+    ) -> Result<(AsyncSmtpConnection, Delivery), Failure> {
+        let server = self.server();
+        let hello = ClientId::default();
+        let wrapper = match &self.security {
+            Security::Tls(tls) => Some(tls.clone()),
+            _ => None,
+        };
+        let mut conn = AsyncSmtpConnection::connect_tokio1(
+            (self.host.as_str(), self.port),
+            Some(CONNECT_TIMEOUT),
+            &hello,
+            wrapper,
+            None,
+        )
+        .await
+        .map_err(|e| Failure::Retry(format!("SMTP {server}: connecting failed: {e}")))?;
+        if let Security::Starttls(tls) = &self.security {
+            // Required, never opportunistic: without STARTTLS nothing is sent. A failed
+            // handshake leaves lettre's connection without a stream: it is dropped, not
+            // QUIT (lettre asserts on any use of it).
+            conn.starttls(tls.clone(), &hello)
+                .await
+                .map_err(|e| Failure::Retry(format!("SMTP {server}: STARTTLS failed: {e}")))?;
+        }
+        let result = self
+            .dialogue(&mut conn, recipients, message, credentials)
+            .await;
+        match result {
+            Ok(delivery) => Ok((conn, delivery)),
+            Err(failure) => {
+                conn.abort().await;
+                Err(failure)
+            }
+        }
+    }
+
+    async fn dialogue(
+        &self,
+        conn: &mut AsyncSmtpConnection,
+        recipients: &[Address],
+        message: &[u8],
+        credentials: Option<&Credentials>,
+    ) -> Result<Delivery, Failure> {
+        let server = self.server();
+        let retry = |what: &str, e: lettre::transport::smtp::Error| {
+            Failure::Retry(format!("SMTP {server}: {what}: {e}"))
+        };
+        if let (Some(credentials), Some((user, _))) = (credentials, &self.login) {
+            conn.auth(DEFAULT_MECHANISMS, credentials)
+                .await
+                .map_err(|e| retry(&format!("authentication as {user} failed"), e))?;
+        }
+        let info = conn.server_info();
+        let mut parameters = Vec::new();
+        let mut delivery = Delivery::default();
+        let mut candidates = Vec::new();
+        let utf8 = info.supports_feature(Extension::SmtpUtfEight);
+        for address in recipients {
+            if !ascii(address) && !utf8 {
+                delivery.refused.push((
+                    address.to_string(),
+                    "a non-ASCII address, and the server does not offer SMTPUTF8".into(),
+                ));
+            } else {
+                candidates.push(address);
+            }
+        }
+        if candidates.iter().any(|a| !ascii(a)) {
+            parameters.push(MailParameter::SmtpUtfEight);
+        }
+        if !message.is_ascii() {
+            // lettre encodes bodies and headers to 7-bit; this is a safety net.
+            if !info.supports_feature(Extension::EightBitMime) {
+                return Err(Failure::Retry(format!(
+                    "SMTP {server}: the message is 8-bit and the server does not offer 8BITMIME"
+                )));
+            }
+            parameters.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+        }
+        if candidates.is_empty() {
+            return Ok(delivery);
+        }
+        conn.command(Mail::new(Some(self.from.email.clone()), parameters))
+            .await
+            .map_err(|e| retry(&format!("MAIL FROM:<{}> refused", self.from.email), e))?;
+        for address in candidates {
+            match conn.command(Rcpt::new(address.clone(), vec![])).await {
+                Ok(_) => delivery.accepted.push(address.to_string()),
+                // The server says this mailbox will never take it; the others still can.
+                Err(e) if e.is_permanent() => {
+                    delivery.refused.push((address.to_string(), e.to_string()))
+                }
+                // 4xx (greylisting, a full mailbox…) or a broken connection: retry the
+                // whole message; nothing was sent to anyone yet.
+                Err(e) => return Err(retry(&format!("RCPT TO:<{address}> not accepted"), e)),
+            }
+        }
+        if delivery.accepted.is_empty() {
+            return Ok(delivery);
+        }
+        conn.command(Data)
+            .await
+            .map_err(|e| retry("DATA refused", e))?;
+        conn.message(message)
+            .await
+            .map_err(|e| retry("the message was not accepted", e))?;
+        Ok(delivery)
+    }
+
+    async fn send(&self, n: &Notification, p: &Personal) -> Result<String, Failure> {
+        let workload = workload_key(n);
+        if p.owner.emails.is_empty() {
+            return Err(Failure::Unrouted(format!(
+                "no email address for {workload}: owner is {}",
+                p.owner.describe()
+            )));
+        }
+        let mut recipients = Vec::new();
+        let mut invalid = Vec::new();
+        for email in &p.owner.emails {
+            match email.trim().parse::<Address>() {
+                Ok(address) if !recipients.contains(&address) => recipients.push(address),
+                Ok(_) => {}
+                Err(e) => invalid.push(format!("{email}: not an address ({e})")),
+            }
+        }
+        if recipients.is_empty() {
+            return Err(Failure::Unrouted(format!(
+                "no valid email address for {workload}: {}",
+                invalid.join("; ")
+            )));
+        }
+        let credentials = match &self.login {
+            Some((user, path)) => Some(Credentials::new(
+                user.clone(),
+                read_password(path).map_err(|e| {
+                    Failure::Retry(format!("SMTP password (--smtp-password-file) {e}"))
+                })?,
+            )),
+            None => None,
+        };
+        let message = message(&self.from, &recipients, n, p)
+            .map_err(|e| Failure::Retry(format!("building the email for {workload}: {e}")))?
+            .formatted();
+        let server = self.server();
+        let (mut conn, delivery) = tokio::time::timeout(
+            DIALOGUE_TIMEOUT,
+            self.deliver(&recipients, &message, credentials.as_ref()),
+        )
+        .await
+        .map_err(|_| {
+            Failure::Retry(format!(
+                "SMTP {server}: no answer within {} s",
+                DIALOGUE_TIMEOUT.as_secs()
+            ))
+        })??;
+        let mut refused: Vec<String> = delivery
+            .refused
+            .iter()
+            .map(|(address, why)| format!("{address}: {why}"))
+            .collect();
+        refused.extend(invalid);
+        if delivery.accepted.is_empty() {
+            let _ = tokio::time::timeout(QUIT_TIMEOUT, conn.abort()).await;
+            return Err(Failure::Unrouted(format!(
+                "every email address of {workload} was refused by {server}: {}",
+                refused.join("; ")
+            )));
+        }
+        // The message is accepted: a slow or failed QUIT must not turn it into a retry.
+        let _ = tokio::time::timeout(QUIT_TIMEOUT, conn.quit()).await;
+        let mut sent = format!("email to {}", delivery.accepted.join(", "));
+        if !refused.is_empty() {
+            sent.push_str(&format!(" (refused: {})", refused.join("; ")));
+        }
+        Ok(sent)
+    }
+}
+
+fn ascii(address: &Address) -> bool {
+    AsRef::<str>::as_ref(address).is_ascii()
+}
+
+/// What the server did with each recipient.
+#[derive(Debug, Default)]
+struct Delivery {
+    accepted: Vec<String>,
+    /// Address and the server's answer (or why it was not tried).
+    refused: Vec<(String, String)>,
+}
+
+fn workload_key(n: &Notification) -> String {
+    let w = &n.workload;
+    format!("{}/{}/{}", w.namespace, w.kind, w.name)
+}
+
+/// A Message-ID that is the same for the same notice: a retry after an unclear outcome
+/// (the connection broke after DATA) lets mail clients fold the copies into one.
+fn message_id(n: &Notification, p: &Personal, domain: &str) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [
+        workload_key(n).as_str(),
+        n.reason,
+        p.rendered.subject.as_str(),
+        p.rendered.text.as_str(),
+    ] {
+        ctx.update(part.as_bytes());
+        ctx.update(&[0]);
+    }
+    let digest = ctx.finish();
+    let hex: String = digest.as_ref()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "<gpu-reaper.{}.{hex}@{domain}>",
+        n.reason.to_ascii_lowercase()
+    )
+}
+
+fn message(
+    from: &Mailbox,
+    recipients: &[Address],
+    n: &Notification,
+    p: &Personal,
+) -> Result<Message, String> {
+    let mut builder = Message::builder()
+        .from(from.clone())
+        .subject(p.rendered.subject.as_str())
+        .message_id(Some(message_id(n, p, from.email.domain())))
+        .raw_header(HeaderValue::new(WORKLOAD_HEADER, workload_key(n)))
+        .raw_header(HeaderValue::new(AUTO_SUBMITTED, "auto-generated".into()));
+    for address in recipients {
+        builder = builder.to(Mailbox::new(None, address.clone()));
+    }
+    builder
+        .multipart(MultiPart::alternative_plain_html(
+            p.rendered.text.clone(),
+            html(p),
+        ))
+        .map_err(|e| e.to_string())
+}
+
+impl Notifier for EmailNotifier {
+    fn name(&self) -> &'static str {
+        "email"
+    }
+
+    fn notify<'a>(&'a self, n: &'a Notification) -> BoxFuture<'a, Result<String, Failure>> {
+        async move {
+            match &n.personal {
+                Some(p) => self.send(n, p).await,
+                None => Err(Failure::Unrouted(format!(
+                    "{} on {} is for the Event only: no message for a person",
+                    n.reason,
+                    workload_key(n)
+                ))),
+            }
+        }
+        .boxed()
+    }
+}
+
+/// PURE: the HTML part of a notice, from the same fields as the plain text: a heading,
+/// the sentence, the evidence as a table, the commands to keep or restore the workload
+/// in `<pre>` blocks, and a link when `url` is set. Every value is escaped.
+pub fn html(p: &Personal) -> String {
+    let field = |name: &str| p.fields.get(name).map_or("", |v| v.trim());
+    let esc = |name: &str| html_escape(field(name));
+    // Joins the parts whose field is set, so a missing value leaves no dangling words.
+    let joined = |parts: &[(&str, &str, &str)]| -> String {
+        parts
+            .iter()
+            .filter(|(_, name, _)| !field(name).is_empty())
+            .map(|(before, name, after)| format!("{before}{}{after}", esc(name)))
+            .collect::<String>()
+            .trim()
+            .to_string()
+    };
+
+    let heading = match p.kind {
+        Kind::Warning => "Idle GPUs",
+        Kind::Reclaimed => "Reclaimed idle GPUs",
+    };
+    let workload = esc("workload");
+    let what = joined(&[("", "gpus", " "), ("", "model", "")]);
+    let what = if what.is_empty() {
+        "GPUs".to_string()
+    } else {
+        what
+    };
+    let holder = joined(&[
+        ("", "kind", " "),
+        ("<b>", "name", "</b>"),
+        (" in namespace ", "namespace", ""),
+    ]);
+    let holder = match (holder.is_empty(), workload.is_empty()) {
+        (false, _) => holder,
+        (true, false) => workload.clone(),
+        (true, true) => "a workload".to_string(),
+    };
+    let sentence = match p.kind {
+        Kind::Warning => {
+            let mut s = format!("{what} held by {holder} have been idle");
+            if !field("idle_for").is_empty() {
+                s.push_str(&format!(" for {}", esc("idle_for")));
+            }
+            s.push('.');
+            if !field("action_verb").is_empty() {
+                s.push_str(&format!(" gpu-reaper will {}", esc("action_verb")));
+                if !field("action_at").is_empty() {
+                    s.push_str(&format!(" at <b>{}</b>", esc("action_at")));
+                }
+                s.push_str(" unless the GPUs are used again or you keep it.");
+            }
+            if !field("mode_note").is_empty() {
+                s.push_str(&format!(" {}", esc("mode_note")));
+            }
+            s
+        }
+        Kind::Reclaimed => {
+            let mut s = format!("gpu-reaper reclaimed {what} from {holder}");
+            if !field("detail").is_empty() {
+                s.push_str(&format!(": {}", esc("detail")));
+            }
+            s.push('.');
+            s
+        }
+    };
+
+    let mut rows: Vec<(&str, String)> = vec![
+        ("GPUs", joined(&[("", "gpus", " × "), ("", "model", "")])),
+        (
+            "Idle since",
+            joined(&[("", "idle_since", " "), ("(", "idle_for", ")")]),
+        ),
+        ("Shape", esc("shape")),
+        (
+            "Cost",
+            joined(&[
+                ("", "wasted_usd", " USD so far"),
+                (", ", "hourly_usd", " USD per hour"),
+            ])
+            .trim_start_matches(", ")
+            .to_string(),
+        ),
+    ];
+    match p.kind {
+        Kind::Warning => rows.push((
+            "Action",
+            joined(&[("", "action", " "), ("at ", "action_at", "")]),
+        )),
+        Kind::Reclaimed => rows.push(("Action", joined(&[("", "action", "")]))),
+    }
+    rows.push(("Policy", esc("policy")));
+
+    let mut out = String::with_capacity(4096);
+    out.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>");
+    out.push_str(&html_escape(&p.rendered.subject));
+    out.push_str("</title></head>\n");
+    out.push_str("<body style=\"font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:14px;line-height:1.5;color:#1f2328\">\n");
+    out.push_str(&format!(
+        "<h2 style=\"margin:0 0 12px\">{heading}: {workload}</h2>\n"
+    ));
+    out.push_str(&format!("<p>{sentence}</p>\n"));
+    out.push_str("<table style=\"border-collapse:collapse;margin:12px 0\">\n");
+    for (label, value) in rows.iter().filter(|(_, v)| !v.is_empty()) {
+        out.push_str(&format!(
+            "<tr><th style=\"text-align:left;padding:4px 16px 4px 0;color:#59636e;font-weight:normal\">{label}</th><td style=\"padding:4px 0\">{value}</td></tr>\n"
+        ));
+    }
+    out.push_str("</table>\n");
+    let pre = "<pre style=\"background:#f6f8fa;border:1px solid #d1d9e0;border-radius:6px;padding:8px 12px;white-space:pre-wrap;word-break:break-all\">";
+    if p.kind == Kind::Reclaimed && !field("wake_command").is_empty() {
+        out.push_str(&format!(
+            "<p>To restore it, run:</p>\n{pre}{}</pre>\n",
+            esc("wake_command")
+        ));
+    }
+    if !field("snooze_command").is_empty() {
+        let intro = match p.kind {
+            Kind::Warning => "To keep it for 4 hours, run:",
+            Kind::Reclaimed => "To keep it for 4 hours once it runs again:",
+        };
+        out.push_str(&format!(
+            "<p>{intro}</p>\n{pre}{}</pre>\n",
+            esc("snooze_command")
+        ));
+    }
+    let url = field("url");
+    if url.starts_with("https://") || url.starts_with("http://") {
+        out.push_str(&format!(
+            "<p><a href=\"{}\">Open {workload}</a></p>\n",
+            html_escape(url)
+        ));
+    } else if !url.is_empty() {
+        // Not a web link (a typo in --workload-url?): shown, never made clickable.
+        out.push_str(&format!("<p>Dashboard: {}</p>\n", html_escape(url)));
+    }
+    let footer = joined(&[("Sent to ", "owner", " by gpu-reaper.")]);
+    if !footer.is_empty() {
+        out.push_str(&format!(
+            "<p style=\"color:#59636e;font-size:12px\">{footer}</p>\n"
+        ));
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::content::{Fields, Templates};
+    use crate::notify::owner::{Owner, OwnerSource};
+
+    fn fields() -> Fields {
+        Fields::from([
+            ("namespace", "ml".to_string()),
+            ("kind", "Deployment".to_string()),
+            ("name", "chat".to_string()),
+            ("workload", "ml/Deployment/chat".to_string()),
+            ("policy", "research".to_string()),
+            ("gpus", "2".to_string()),
+            ("model", "NVIDIA H100 80GB HBM3".to_string()),
+            ("idle_since", "2026-11-29T19:00:00Z".to_string()),
+            ("idle_for", "2h".to_string()),
+            ("shape", "MemoryHeld".to_string()),
+            ("hourly_usd", "8.00".to_string()),
+            ("wasted_usd", "16.00".to_string()),
+            ("action", "ScaleToZero".to_string()),
+            ("action_verb", "scale it to zero".to_string()),
+            ("action_at", "2026-11-29T22:00:00Z".to_string()),
+            (
+                "snooze_command",
+                "kubectl annotate deployment/chat -n ml gpureaper.io/snooze-until=2026-11-30T01:00:00Z --overwrite".to_string(),
+            ),
+            ("wake_command", "gpu-reaper wake ml/Deployment/chat".to_string()),
+            ("owner", "ana@example.com (from the workload)".to_string()),
+        ])
+    }
+
+    fn personal(kind: Kind, fields: Fields) -> Personal {
+        Personal {
+            kind,
+            rendered: Templates::default().render(kind, &fields),
+            fields,
+            owner: Owner {
+                emails: vec!["ana@example.com".into()],
+                source: OwnerSource::Workload,
+                ..Owner::default()
+            },
+            policy: "research".into(),
+            slack_channel: None,
+        }
+    }
+
+    fn args(host: Option<&str>) -> NotifyArgs {
+        NotifyArgs {
+            smtp_host: host.map(str::to_string),
+            smtp_from: "gpu-reaper <gpu-reaper@localhost>".into(),
+            ..NotifyArgs::default()
+        }
+    }
+
+    #[test]
+    fn the_warning_html_has_heading_sentence_evidence_and_the_snooze_command() {
+        let html = html(&personal(Kind::Warning, fields()));
+        assert!(
+            html.contains("<h2 style=\"margin:0 0 12px\">Idle GPUs: ml/Deployment/chat</h2>"),
+            "{html}"
+        );
+        assert!(html.contains("2 NVIDIA H100 80GB HBM3 held by Deployment <b>chat</b> in namespace ml have been idle for 2h. gpu-reaper will scale it to zero at <b>2026-11-29T22:00:00Z</b>"), "{html}");
+        assert!(html.contains(">2 × NVIDIA H100 80GB HBM3</td>"), "{html}");
+        assert!(html.contains(">2026-11-29T19:00:00Z (2h)</td>"), "{html}");
+        assert!(
+            html.contains(">16.00 USD so far, 8.00 USD per hour</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(">ScaleToZero at 2026-11-29T22:00:00Z</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("gpureaper.io/snooze-until=2026-11-30T01:00:00Z --overwrite</pre>"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("gpu-reaper wake"),
+            "a warning has nothing to wake: {html}"
+        );
+        assert!(!html.contains("<a "), "no url, no link: {html}");
+    }
+
+    #[test]
+    fn the_reclaimed_html_has_the_wake_command_and_a_link_when_there_is_a_url() {
+        let mut f = fields();
+        f.insert("detail", "scaled to zero from 2 replicas".into());
+        f.insert(
+            "url",
+            "https://grafana.example.com/d/x?ns=ml&name=chat".into(),
+        );
+        let html = html(&personal(Kind::Reclaimed, f));
+        assert!(
+            html.contains("Reclaimed idle GPUs: ml/Deployment/chat</h2>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "from Deployment <b>chat</b> in namespace ml: scaled to zero from 2 replicas."
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains(">gpu-reaper wake ml/Deployment/chat</pre>"),
+            "{html}"
+        );
+        assert!(html.contains("<a href=\"https://grafana.example.com/d/x?ns=ml&amp;name=chat\">Open ml/Deployment/chat</a>"), "{html}");
+    }
+
+    #[test]
+    fn every_value_in_the_html_is_escaped_and_odd_urls_are_not_links() {
+        let mut f = fields();
+        f.insert("name", "<script>alert(1)</script>".into());
+        f.insert("shape", "\"Unused\" & 'idle'".into());
+        f.insert("url", "javascript:alert(1)".into());
+        let mut p = personal(Kind::Warning, f);
+        p.rendered.subject = "</title><script>x</script>".into();
+        let html = html(&p);
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&quot;Unused&quot; &amp; &#39;idle&#39;"),
+            "{html}"
+        );
+        assert!(!html.contains("href"), "{html}");
+        assert!(html.contains("Dashboard: javascript:alert(1)"), "{html}");
+    }
+
+    #[test]
+    fn missing_fields_leave_no_dangling_words_or_empty_rows() {
+        let html = html(&personal(
+            Kind::Warning,
+            Fields::from([("workload", "ml/Job/train".to_string())]),
+        ));
+        assert!(
+            html.contains("<p>GPUs held by ml/Job/train have been idle.</p>"),
+            "{html}"
+        );
+        assert!(!html.contains("<tr>"), "{html}");
+        assert!(!html.contains("<pre"), "{html}");
+        assert!(!html.contains(" at <b></b>"), "{html}");
+    }
+
+    #[test]
+    fn email_is_off_without_a_host() {
+        assert!(EmailNotifier::from_args(&args(None)).unwrap().is_none());
+        assert!(
+            EmailNotifier::from_args(&args(Some("  ")))
+                .unwrap()
+                .is_none()
+        );
+        let on = EmailNotifier::from_args(&args(Some("smtp.example.com")))
+            .unwrap()
+            .unwrap();
+        assert_eq!((on.host.as_str(), on.port), ("smtp.example.com", 587));
+        assert_eq!(on.name(), "email");
+    }
+
+    #[test]
+    fn ports_default_by_security() {
+        for (security, port) in [
+            (SmtpSecurity::Starttls, 587),
+            (SmtpSecurity::Tls, 465),
+            (SmtpSecurity::None, 25),
+        ] {
+            let mut a = args(Some("smtp.example.com"));
+            a.smtp_security = security;
+            assert_eq!(EmailNotifier::from_args(&a).unwrap().unwrap().port, port);
+            a.smtp_port = Some(2525);
+            assert_eq!(EmailNotifier::from_args(&a).unwrap().unwrap().port, 2525);
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = |a: &NotifyArgs| EmailNotifier::from_args(a).unwrap_err();
+
+        let mut a = args(Some("smtp.example.com"));
+        a.smtp_ca_file = Some(dir.path().join("missing.pem"));
+        assert!(err(&a).starts_with("--smtp-ca-file "), "{}", err(&a));
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        a.smtp_ca_file = Some(not_pem);
+        assert!(
+            err(&a).contains("--smtp-ca-file") && err(&a).contains("no PEM certificate"),
+            "{}",
+            err(&a)
+        );
+
+        let mut a = args(Some("smtp.example.com"));
+        a.smtp_from = "gpu-reaper at example dot com".into();
+        assert!(err(&a).starts_with("--smtp-from "), "{}", err(&a));
+
+        let mut a = args(Some("smtp.example.com"));
+        a.smtp_user = Some("reaper".into());
+        assert!(
+            err(&a).starts_with("--smtp-user needs --smtp-password-file"),
+            "{}",
+            err(&a)
+        );
+        a.smtp_password_file = Some(dir.path().join("missing-password"));
+        assert!(err(&a).starts_with("--smtp-password-file "), "{}", err(&a));
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        a.smtp_password_file = Some(empty);
+        assert!(err(&a).contains("empty"), "{}", err(&a));
+        let password = dir.path().join("password");
+        std::fs::write(&password, "s3cret\n").unwrap();
+        a.smtp_password_file = Some(password.clone());
+        assert!(EmailNotifier::from_args(&a).unwrap().is_some());
+        a.smtp_security = SmtpSecurity::None;
+        assert!(err(&a).contains("clear text"), "{}", err(&a));
+
+        let mut a = args(Some("smtp.example.com"));
+        a.smtp_password_file = Some(password);
+        assert!(err(&a).contains("needs --smtp-user"), "{}", err(&a));
+
+        let mut a = args(Some("smtp.example.com"));
+        a.smtp_port = Some(0);
+        assert!(err(&a).starts_with("--smtp-port 0"), "{}", err(&a));
+    }
+
+    #[test]
+    fn the_message_id_is_stable_for_the_same_notice_and_differs_between_notices() {
+        let n = |p: Personal, reason| Notification {
+            workload: crate::cluster::inventory::ObjectInfo {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "ml".into(),
+                name: "chat".into(),
+                owner: None,
+                labels: Default::default(),
+                annotations: Default::default(),
+                created_at: jiff::Timestamp::UNIX_EPOCH,
+                deleting: false,
+            },
+            reason,
+            severity: crate::notify::Severity::Warning,
+            message: String::new(),
+            personal: Some(p),
+        };
+        let warning = personal(Kind::Warning, fields());
+        let a = message_id(&n(warning.clone(), "IdleGpus"), &warning, "example.com");
+        let b = message_id(&n(warning.clone(), "IdleGpus"), &warning, "example.com");
+        assert_eq!(a, b);
+        assert!(
+            a.starts_with("<gpu-reaper.idlegpus.") && a.ends_with("@example.com>"),
+            "{a}"
+        );
+        let reclaimed = personal(Kind::Reclaimed, fields());
+        let c = message_id(
+            &n(reclaimed.clone(), "Reclaimed"),
+            &reclaimed,
+            "example.com",
+        );
+        assert_ne!(a, c);
+    }
+}
