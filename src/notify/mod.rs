@@ -8,6 +8,7 @@
 pub mod content;
 pub mod events;
 pub mod owner;
+pub mod slack;
 
 use futures::future::BoxFuture;
 
