@@ -7,6 +7,7 @@
 
 pub mod content;
 pub mod events;
+pub mod interact;
 pub mod owner;
 pub mod slack;
 
