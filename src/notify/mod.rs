@@ -8,7 +8,9 @@
 pub mod content;
 pub mod email;
 pub mod events;
+pub mod interact;
 pub mod owner;
+pub mod slack;
 
 use futures::future::BoxFuture;
 
