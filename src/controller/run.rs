@@ -691,7 +691,8 @@ impl Controller {
                     self.send_personal(policy, root, &personal, &due, &mut delivery, now)
                         .await;
                     if !audit {
-                        self.save_delivery(root, &delivery).await;
+                        self.save_delivery(root, &delivery, &personal.owner.describe())
+                            .await;
                     }
                 }
             }
@@ -899,9 +900,12 @@ impl Controller {
         }
     }
 
-    async fn save_delivery(&self, root: &ObjectInfo, delivery: &Delivery) {
-        let patch =
-            json!({"metadata": {"annotations": {keys::NOTIFIED: delivery.to_annotation()}}});
+    async fn save_delivery(&self, root: &ObjectInfo, delivery: &Delivery, owner: &str) {
+        // The owner is kept next to the state: Slack's "Not mine" quotes it.
+        let patch = json!({"metadata": {"annotations": {
+            keys::NOTIFIED: delivery.to_annotation(),
+            keys::NOTIFIED_OWNER: owner,
+        }}});
         if let Err(e) =
             actions::merge_patch(&self.client, root, &patch, "recording delivery".into()).await
         {
@@ -944,7 +948,8 @@ impl Controller {
             .await;
         self.send_personal(policy, root, &personal, &due, &mut delivery, now)
             .await;
-        self.save_delivery(root, &delivery).await;
+        self.save_delivery(root, &delivery, &personal.owner.describe())
+            .await;
     }
 
     /// Records what the reclaimed workload held, for reclaimed GPU-hours and savings.
@@ -1135,6 +1140,7 @@ async fn serve_probes(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    extra: Option<Router>,
 ) {
     #[derive(Clone)]
     struct S(Arc<Metrics>, Arc<AtomicBool>);
@@ -1155,14 +1161,34 @@ async fn serve_probes(
             get(|State(S(m, _)): State<S>| async move { m.encode().into_response() }),
         )
         .with_state(S(metrics, ready));
+    // Slack's interactivity endpoint (/slack/interactivity) when configured.
+    let app = match extra {
+        Some(extra) => app.merge(extra),
+        None => app,
+    };
     if let Err(e) = axum::serve(listener, app).await {
         tracing::error!(error = %e, "probe server stopped");
     }
 }
 
 /// The Slack and email notifiers the flags configure (none without their settings).
-fn personal_notifiers(_args: &crate::cli::NotifyArgs) -> Result<Vec<(Channel, Box<dyn Notifier>)>> {
-    let out: Vec<(Channel, Box<dyn Notifier>)> = Vec::new();
+fn personal_notifiers(
+    args: &crate::cli::NotifyArgs,
+    slack: Option<crate::notify::slack::SlackNotifier>,
+) -> Result<Vec<(Channel, Box<dyn Notifier>)>> {
+    let mut out: Vec<(Channel, Box<dyn Notifier>)> = Vec::new();
+    if let Some(slack) = slack {
+        out.push((Channel::Slack, Box::new(slack)));
+    }
+    let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|message| {
+        Error::InvalidArgument {
+            flag: "smtp",
+            message,
+        }
+    })?;
+    if let Some(email) = email {
+        out.push((Channel::Email, Box::new(email)));
+    }
     Ok(out)
 }
 
@@ -1196,7 +1222,13 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         }
         None => Templates::default(),
     };
-    let personal = personal_notifiers(&args.notify)?;
+    let slack =
+        crate::notify::slack::SlackNotifier::from_args(&args.notify).map_err(|message| {
+            Error::InvalidArgument {
+                flag: "slack",
+                message,
+            }
+        })?;
     let source = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
     let identity = args
         .identity
@@ -1223,8 +1255,19 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                     flag: "listen",
                     message: format!("{}: {e}", args.listen),
                 })?;
-            tokio::spawn(serve_probes(listener, metrics.clone(), ready.clone()));
+            let interact = crate::notify::interact::InteractState::from_args(
+                &args.notify,
+                client.clone(),
+                slack.as_ref(),
+            )
+            .map_err(|message| Error::InvalidArgument {
+                flag: "slack-signing-secret-file",
+                message,
+            })?
+            .map(crate::notify::interact::router);
+            tokio::spawn(serve_probes(listener, metrics.clone(), ready.clone(), interact));
         }
+        let personal = personal_notifiers(&args.notify, slack)?;
         let notifiers: Vec<Box<dyn Notifier>> =
             vec![Box::new(EventNotifier::new(client.clone(), &identity))];
         let caches = if args.once {
