@@ -258,8 +258,12 @@ struct Controller {
     personal: Vec<(Channel, Box<dyn Notifier>)>,
     templates: Templates,
     workload_url: Option<String>,
-    /// Failed or unrouted personal messages this cycle, by policy (for its status).
+    /// Failed or unrouted personal messages this cycle, by policy (for its status); a
+    /// policy with an entry attempted at least one message this cycle.
     delivery_problems: HashMap<String, Vec<String>>,
+    /// The last NotificationsDelivered outcome per policy (ok, message): re-applied on
+    /// every status write, since a server-side apply that leaves it out would drop it.
+    delivery_outcome: HashMap<String, (bool, String)>,
     /// Namespace annotations read this cycle (owner resolution).
     namespace_annotations: HashMap<String, BTreeMap<String, String>>,
 }
@@ -872,6 +876,9 @@ impl Controller {
                     "the policy warns on {channel} but the controller has no {channel} settings (docs/notifications.md)"
                 ))),
             };
+            self.delivery_problems
+                .entry(policy_name.clone())
+                .or_default();
             let label = match &result {
                 Ok(_) => "sent",
                 Err(Failure::Retry(_)) => "failed",
@@ -969,7 +976,7 @@ impl Controller {
     }
 
     async fn write_status(
-        &self,
+        &mut self,
         policy: &GpuPolicy,
         evaluated: Option<Evaluation>,
         telemetry_error: Option<String>,
@@ -1037,32 +1044,37 @@ impl Controller {
             status.last_evaluation_time =
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
         }
-        let channels = deliver::personal_channels(policy);
-        if !channels.is_empty() && evaluated_ok {
-            let problems = self
-                .delivery_problems
-                .get(&name)
-                .cloned()
-                .unwrap_or_default();
-            let ok = problems.is_empty();
+        // Updated when this evaluation sent (or tried to send) something; otherwise the
+        // last attempts' outcome stands.
+        if let (true, Some(problems)) = (evaluated_ok, self.delivery_problems.get(&name)) {
             let mut listed: Vec<String> = problems.iter().take(3).cloned().collect();
             if problems.len() > 3 {
                 listed.push(format!("and {} more", problems.len() - 3));
             }
+            let outcome = if problems.is_empty() {
+                (
+                    true,
+                    format!("the Slack and email messages sent at {now} were delivered"),
+                )
+            } else {
+                (
+                    false,
+                    format!("not delivered at {now}: {}", listed.join("; ")),
+                )
+            };
+            self.delivery_outcome.insert(name.clone(), outcome);
+        }
+        if let (false, Some((ok, message))) = (
+            deliver::personal_channels(policy).is_empty(),
+            self.delivery_outcome.get(&name),
+        ) {
             set_condition(
                 &mut status.conditions,
                 condition(
                     "NotificationsDelivered",
-                    ok,
-                    if ok { "Delivered" } else { "DeliveryFailed" },
-                    if ok {
-                        "every Slack and email message of the last evaluation was delivered".into()
-                    } else {
-                        format!(
-                            "not delivered in the last evaluation: {}",
-                            listed.join("; ")
-                        )
-                    },
+                    *ok,
+                    if *ok { "Delivered" } else { "DeliveryFailed" },
+                    message.clone(),
                 ),
                 now,
             );
@@ -1297,6 +1309,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             templates,
             workload_url: args.notify.workload_url.clone(),
             delivery_problems: HashMap::new(),
+            delivery_outcome: HashMap::new(),
             namespace_annotations: HashMap::new(),
         };
         let elector = Arc::new(Elector::new(
