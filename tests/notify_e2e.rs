@@ -67,8 +67,8 @@ struct Setup {
     smtp_port: u16,
 }
 
-async fn setup() -> Setup {
-    let prometheus = prometheus_with("notify-e2e", &history());
+async fn setup(name: &str) -> Setup {
+    let prometheus = prometheus_with(name, &history());
     let sim = KubeSim::start().await.unwrap();
     for ns in ["ml", "gpu-reaper"] {
         sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
@@ -286,7 +286,7 @@ fn post_click(port: u16, body: &str, timestamp: &str, signature: &str) -> String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_action() {
-    let s = setup().await;
+    let s = setup("notify-once").await;
 
     // 1. SMTP is down when the warning is due: the Event is recorded, the failure is
     //    counted, kept on the workload and in the policy's status.
@@ -415,5 +415,50 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
             .iter()
             .any(|m| m.contains("Subject: Reclaimed idle GPUs: ml/Deployment/chat")),
         "{received:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_delivery_holds_the_action_until_a_warning_reached_the_owner() {
+    let s = setup("notify-require").await;
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(s.sim.kubeconfig_path())
+        .args([
+            "patch",
+            "gpupolicy",
+            "inference",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"warn":{"requireDelivery":true}}}"#,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SMTP down at the warning and when the action is due: nothing is reclaimed.
+    once(&s, 60).await;
+    assert_eq!(delivery(&s)["email"]["state"], "failed");
+    once(&s, 120).await;
+    assert_eq!(
+        deployment(&s)["spec"]["replicas"],
+        1,
+        "held: no warning was delivered"
+    );
+    // SMTP back: the retry delivers the warning, and the next evaluation acts.
+    let _smtp = smtp_server(&s).await;
+    once(&s, 125).await;
+    assert_eq!(delivery(&s)["email"]["state"], "sent");
+    assert_eq!(mails(&s).len(), 1);
+    once(&s, 127).await;
+    assert_eq!(
+        deployment(&s)["spec"]["replicas"],
+        0,
+        "acted once delivered"
     );
 }
