@@ -164,6 +164,25 @@ fn reclaim_annotations(record: &RestoreRecord, action: &str, now: Timestamp) -> 
     ])
 }
 
+/// Records what restoring `root` needs (and when and how it was reclaimed) before the
+/// action itself, so an interrupted action is finished or undone from the record.
+async fn record_restore(
+    client: &Client,
+    root: &ObjectInfo,
+    record: &RestoreRecord,
+    action: &str,
+    now: Timestamp,
+) -> Result<(), ActionError> {
+    let patch = reclaim_annotations(record, action, now);
+    merge_patch(
+        client,
+        root,
+        &patch,
+        format!("recording the restore point of {}", root.key()),
+    )
+    .await
+}
+
 /// One merge patch on the root workload; `what` says what it was for when it fails.
 pub async fn merge_patch(
     client: &Client,
@@ -263,14 +282,7 @@ pub async fn scale_subresource(
                 state: "pending".into(),
                 ..RestoreRecord::default()
             };
-            let patch = reclaim_annotations(&record, "ScaleToZero", now);
-            merge_patch(
-                client,
-                root,
-                &patch,
-                format!("recording the restore point of {key}"),
-            )
-            .await?;
+            record_restore(client, root, &record, "ScaleToZero", now).await?;
             current
         }
     };
@@ -418,14 +430,7 @@ pub async fn deactivate_kueue_workload(
         state: "done".into(),
         ..RestoreRecord::default()
     };
-    let patch = reclaim_annotations(&record, "Suspend", now);
-    merge_patch(
-        client,
-        root,
-        &patch,
-        format!("recording the restore point of {key}"),
-    )
-    .await?;
+    record_restore(client, root, &record, "Suspend", now).await?;
     api.patch(
         &name,
         &PatchParams::default(),
@@ -768,14 +773,7 @@ pub async fn scale_ray_workers(
                 state: "pending".into(),
                 ..RestoreRecord::default()
             };
-            let patch = reclaim_annotations(&record, action, now);
-            merge_patch(
-                client,
-                root,
-                &patch,
-                format!("recording the restore point of {key}"),
-            )
-            .await?;
+            record_restore(client, root, &record, action, now).await?;
             current.clone()
         }
     };
