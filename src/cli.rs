@@ -395,6 +395,16 @@ pub struct BacktestArgs {
     /// Skip metric families gpu-reaper does not read instead of failing on them.
     #[arg(long, env = "GPU_REAPER_SKIP_UNKNOWN_METRICS")]
     pub skip_unknown_metrics: bool,
+    /// Replay the policy over a range of fixed idle durations and resumption-risk levels,
+    /// beside other tools' fixed rules, and report reclaimed GPU-hours against regret rate
+    /// for each (with --svg: the frontier chart).
+    #[arg(long, env = "GPU_REAPER_SWEEP")]
+    pub sweep: bool,
+    /// Generate a synthetic trace instead of reading one, e.g.
+    /// `inference=143,hours=24,seed=1` (keys: inference, notebooks, hungJobs, crashLoops,
+    /// hours, seed). See docs/decision-quality.md.
+    #[arg(long, env = "GPU_REAPER_SYNTHETIC", conflicts_with_all = ["trace", "prometheus_url"])]
+    pub synthetic: Option<String>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

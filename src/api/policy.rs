@@ -66,6 +66,12 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("duration(self.idle.startupGrace) >= duration('0s') && duration(self.idle.provisioningGrace) >= duration('0s') && duration(self.warn.after) >= duration('0s') && duration(self.exemptions.maxSnooze) >= duration('0s')")
     .message("durations in spec must not be negative")
     .field_path(".idle"))]
+#[x_kube(validation = Rule::new("!has(self.idle.maxIdle) || duration(self.idle.maxIdle) >= duration(self.action.after)")
+    .message("spec.idle.maxIdle must be at least spec.action.after: it is the ceiling after which the ladder proceeds whatever the resumption risk")
+    .field_path(".idle.maxIdle"))]
+#[x_kube(validation = Rule::new("duration(self.idle.resumeHorizon) > duration('0s') && duration(self.idle.history) >= duration(self.idle.resumeHorizon)")
+    .message("spec.idle.resumeHorizon must be longer than 0s and spec.idle.history at least as long, e.g. resumeHorizon: 2h, history: 168h")
+    .field_path(".idle.resumeHorizon"))]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPolicySpec {
     /// `Audit` classifies, warns and reports what it would have done, but never changes a
@@ -178,6 +184,31 @@ pub struct IdleSpec {
     /// to fix, not an abandoned workload.
     #[serde(default)]
     pub reap_data_starved: bool,
+    /// Resumption-risk gate, off when absent. The ladder warns and acts only when the
+    /// estimated probability that the workload becomes active again within
+    /// `resumeHorizon` is at most this (0–1), e.g. `0.05`. The estimate comes from the
+    /// workload's own idle spans over `history`, else from workloads of the same idle
+    /// shape, else there is none and the fixed durations decide (docs/decision-quality.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0.0 && self <= 1.0").message("spec.idle.maxResumeRisk must be in [0, 1], e.g. 0.05 for 5 %"))]
+    pub max_resume_risk: Option<f64>,
+    /// Activity within this long after an action makes the action a regret: the horizon
+    /// of the resumption-risk estimate.
+    #[serde(default = "default_resume_horizon")]
+    pub resume_horizon: Duration,
+    /// How far back idle spans are remembered for the estimate, e.g. `168h` (7 days).
+    #[serde(default = "default_history")]
+    pub history: Duration,
+    /// Past idle spans that lasted at least as long as the current one needed before an
+    /// estimate counts; fewer, and the workload's peers are asked, then the fixed
+    /// durations decide.
+    #[serde(default = "default_min_idle_spans")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.idle.minIdleSpans must be at least 1, e.g. 10"))]
+    pub min_idle_spans: u32,
+    /// Ceiling: a workload idle this long is warned and acted on whatever its resumption
+    /// risk (exemptions, snoozes and Audit mode still apply), e.g. `8h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_idle: Option<Duration>,
 }
 
 /// Activity metric choice.
@@ -467,6 +498,11 @@ impl Default for IdleSpec {
             memory_held_mib: default_memory_held_mib(),
             data_starved_pcie_rx_bytes_per_second: default_starved_pcie(),
             reap_data_starved: false,
+            max_resume_risk: None,
+            resume_horizon: default_resume_horizon(),
+            history: default_history(),
+            min_idle_spans: default_min_idle_spans(),
+            max_idle: None,
         }
     }
 }
@@ -535,6 +571,15 @@ fn default_startup_grace() -> Duration {
 }
 fn default_provisioning_grace() -> Duration {
     minutes(15)
+}
+fn default_resume_horizon() -> Duration {
+    minutes(120)
+}
+fn default_history() -> Duration {
+    minutes(7 * 24 * 60)
+}
+fn default_min_idle_spans() -> u32 {
+    10
 }
 fn default_min_coverage() -> f64 {
     0.8

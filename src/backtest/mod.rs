@@ -10,6 +10,9 @@
 //! activity resumes within the regret horizon of `a`. Backtest simulates Enforce: in an
 //! Audit policy, "would act" counts as acting.
 
+pub mod sweep;
+pub mod synth;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use jiff::{SignedDuration, Timestamp};
@@ -21,7 +24,7 @@ use crate::api::selector;
 use crate::engine::model::{
     Classification, Decision, GpuObservation, LadderState, PodPhase, PodState, Step, WorkloadMeta,
 };
-use crate::engine::{ActivityTracker, Rules, Sample, evaluate, limit_actions};
+use crate::engine::{ActivityTracker, Histories, Rules, Sample, evaluate_with, limit_actions};
 use crate::telemetry::trace::{PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Trace};
 
 /// How to replay.
@@ -175,14 +178,21 @@ pub fn run(
         ..Summary::default()
     };
     let mut pending: Vec<(usize, Decision)> = Vec::new();
+    // Idle spans seen so far (never after `now`): the resumption-risk estimate's input.
+    let mut history: Histories<usize> = Histories::new(rules.risk);
+    let steps_per_hour = (3600 / trace.step_seconds).max(1);
 
     for bucket in trace.first_bucket..=trace.last_bucket {
         let now = ts(bucket * trace.step_seconds);
         pending.clear();
+        if bucket % steps_per_hour == 0 {
+            history.prune(now, |_| true);
+        }
         for (wi, w) in live.iter_mut().enumerate() {
             let present = bucket >= w.first_bucket && bucket <= w.last_bucket;
             let mut max_activity = f32::NAN;
             let mut any_busy = false;
+            let mut any_sample = false;
             for (k, &gi) in w.gpus.iter().enumerate() {
                 let g = &trace.gpus[gi];
                 let sample = Sample {
@@ -196,6 +206,7 @@ pub fn run(
                 w.trackers[k].advance(now, has_any.then_some(&sample), &rules);
                 w.trackers[k].fill(&mut w.observations[k]);
                 if let Some(a) = rules.activity(sample.engine_active, sample.gpu_util_percent) {
+                    any_sample = true;
                     max_activity = max_activity.max(a as f32);
                     any_busy |= a >= rules.threshold;
                 }
@@ -235,6 +246,11 @@ pub fn run(
 
             if let Some((at, action, hourly, class)) = w.reaped {
                 if !present || !holding || any_busy {
+                    if !any_busy {
+                        // Gone without coming back: idle at least until now.
+                        history.idle(&wi, now);
+                        history.unobserved(&wi, now);
+                    }
                     let until = now;
                     let hours = until.duration_since(at).as_secs_f64() / 3600.0;
                     let share: f64 = w.share_hint();
@@ -267,18 +283,28 @@ pub fn run(
                 }
             }
             if !present || !holding {
+                history.unobserved(&wi, now);
                 w.record(bucket, max_activity, TimelineState::Absent, options);
                 continue;
             }
-            let decision = evaluate(
+            match (any_sample, any_busy) {
+                (false, _) => history.unobserved(&wi, now),
+                (true, true) => history.busy(&wi, now, step),
+                (true, false) => history.idle(&wi, now),
+            }
+            let decision = evaluate_with(
                 &rules,
                 &w.meta,
                 &w.pod_states,
                 &w.observations,
                 &w.ladder,
                 now,
+                |shape, idle_for| history.estimate(&wi, shape, idle_for),
             );
             let class = &decision.verdict.classification;
+            if let Classification::Idle(shape) = class {
+                history.set_shape(&wi, *shape);
+            }
             *w.class_steps.entry(class.as_str()).or_default() += 1;
             if class.is_idle() {
                 w.outcome.idle_gpu_hours += decision.verdict.gpu_share * hours_per_step;
@@ -318,6 +344,8 @@ pub fn run(
                     w.outcome.warnings.push(now);
                 }
                 Step::Act(action) | Step::WouldAct(action) => {
+                    // The idle span stays open: when the workload comes back and is busy,
+                    // its length is known (as the controller sees an owner's scale-up).
                     w.ladder.reaped_at = Some(now);
                     w.reaped = Some((
                         now,

@@ -9,8 +9,10 @@ use crate::api::policy::{self, NamespaceSpend, PolicyMode};
 use crate::api::{GpuPolicy, keys};
 use crate::cluster::actions::WOKEN_AT;
 use crate::cluster::inventory::{ObjectKey, Workload};
-use crate::engine::model::{Decision, GpuObservation, LadderState, Step, WorkloadMeta};
-use crate::engine::{Rules, evaluate, limit_actions};
+use crate::engine::model::{
+    Classification, Decision, GpuObservation, LadderState, Step, WorkloadMeta,
+};
+use crate::engine::{Histories, Rules, evaluate_with, limit_actions};
 use crate::telemetry::prometheus::Observations;
 
 /// What the controller will do for one workload this cycle.
@@ -100,7 +102,10 @@ impl AuditMemory {
 }
 
 /// Evaluates `policy` over the inventory. `policies` are all policies (a workload is
-/// governed by the highest-priority match only).
+/// governed by the highest-priority match only). `history` holds the policy's idle spans
+/// across cycles: this cycle's observations are added to it (one span step is
+/// `resolution`, the time since the previous cycle) before the resumption-risk estimate
+/// is asked, and workloads no longer governed are pruned from it.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     policy: &GpuPolicy,
@@ -109,6 +114,8 @@ pub fn plan(
     namespaces: &HashMap<String, BTreeMap<String, String>>,
     observations: &HashMap<(&str, &str), Vec<&GpuObservation>>,
     audit: &AuditMemory,
+    history: &mut Histories<ObjectKey>,
+    resolution: SignedDuration,
     now: Timestamp,
 ) -> PolicyPlan {
     let rules = Rules::from_spec(&policy.spec);
@@ -175,7 +182,31 @@ pub fn plan(
                 });
             }
         }
-        let mut decision = evaluate(&rules, &meta, &pods, &gpus, &ladder, now);
+        // The idle-span history: busy up to the GPUs' last busy instant, idle since, or
+        // not observed (no or too little telemetry: the span in progress is censored).
+        if gpus.is_empty() || gpus.iter().any(|g| g.coverage < rules.min_coverage) {
+            history.unobserved(&key, now);
+        } else {
+            let last_busy = gpus.iter().filter_map(|g| g.last_busy_at).max();
+            if let Some(b) = last_busy {
+                history.busy(&key, b, resolution);
+            }
+            if last_busy.is_none_or(|b| now.duration_since(b) >= resolution) {
+                history.idle(&key, now);
+            }
+        }
+        let mut decision = evaluate_with(
+            &rules,
+            &meta,
+            &pods,
+            &gpus,
+            &ladder,
+            now,
+            |shape, idle_for| history.estimate(&key, shape, idle_for),
+        );
+        if let Classification::Idle(shape) = decision.verdict.classification {
+            history.set_shape(&key, shape);
+        }
         if let Step::Act(action) = decision.step {
             let blocked = if root.deleting {
                 Some(format!("{key} is being deleted"))
@@ -199,6 +230,20 @@ pub fn plan(
     }
     let mut refs: Vec<&mut Decision> = out.planned.iter_mut().map(|p| &mut p.decision).collect();
     limit_actions(&mut refs, acted_last_hour, rules.max_per_hour);
+    let governed: std::collections::HashSet<ObjectKey> = out
+        .planned
+        .iter()
+        .map(|p| workloads[p.workload].root.key())
+        .collect();
+    for p in out
+        .planned
+        .iter()
+        .filter(|p| p.decision.step.changes_workload())
+    {
+        // Acted on: its GPUs go away, the rest of this idle span is not seen.
+        history.unobserved(&workloads[p.workload].root.key(), now);
+    }
+    history.prune(now, |k| governed.contains(k));
     out
 }
 
@@ -371,6 +416,8 @@ mod tests {
             &HashMap::new(),
             &grouped,
             &AuditMemory::default(),
+            &mut Histories::new(Rules::from_spec(&policy.spec).risk),
+            SignedDuration::from_mins(1),
             now(),
         )
     }

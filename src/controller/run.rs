@@ -38,8 +38,8 @@ use crate::api::{GpuPolicy, keys};
 use crate::cli::ControllerArgs;
 use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
-use crate::engine::Rules;
 use crate::engine::model::{Decision, Step};
+use crate::engine::{Histories, Rules};
 use crate::notify::content::{Kind, Templates};
 use crate::notify::events::EventNotifier;
 use crate::notify::{Failure, Notification, Notifier, Personal, Severity};
@@ -266,6 +266,11 @@ struct Controller {
     delivery_outcome: HashMap<String, (bool, String)>,
     /// Namespace annotations read this cycle (owner resolution).
     namespace_annotations: HashMap<String, BTreeMap<String, String>>,
+    /// Idle spans per policy, for the resumption-risk estimate (kept in memory: a new
+    /// leader starts with none, and the fixed durations decide until spans accrue).
+    histories: HashMap<String, Histories<crate::cluster::inventory::ObjectKey>>,
+    /// When the previous evaluation ran (the resolution of the idle spans).
+    last_evaluation: Option<Timestamp>,
 }
 
 /// Lists every object of `api` in pages of 500.
@@ -484,6 +489,19 @@ impl Controller {
                 }
             };
             let grouped = by_pod(&observations);
+            // Idle spans are remembered per policy; a change of its estimate's settings
+            // starts them over.
+            let history = self
+                .histories
+                .entry(name.clone())
+                .or_insert_with(|| Histories::new(rules.risk));
+            if history.params() != rules.risk {
+                *history = Histories::new(rules.risk);
+            }
+            let resolution = self
+                .last_evaluation
+                .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))
+                .clamp(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
             let plan = plan(
                 policy,
                 &all,
@@ -491,6 +509,8 @@ impl Controller {
                 &namespaces,
                 &grouped,
                 &self.audit,
+                history,
+                resolution,
                 now,
             );
             let mut idle_gpus = 0.0;
@@ -553,6 +573,7 @@ impl Controller {
             };
             self.write_status(policy, Some(evaluation), None, now).await;
         }
+        self.last_evaluation = Some(now);
         self.metrics.cycle.observe(started.elapsed().as_secs_f64());
         Ok(())
     }
@@ -1311,6 +1332,8 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             delivery_problems: HashMap::new(),
             delivery_outcome: HashMap::new(),
             namespace_annotations: HashMap::new(),
+            histories: HashMap::new(),
+            last_evaluation: None,
         };
         let elector = Arc::new(Elector::new(
             client,

@@ -3,7 +3,7 @@
 //! Invariants held here (DESIGN.md §4): warn strictly before act (4); Audit mode never
 //! plans a change to a workload (6); `maxPerHour` bounds actions per policy (7).
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
 use super::classify::{classify, human};
 use super::cost::hourly_usd;
@@ -11,11 +11,13 @@ use super::model::{
     Classification, Decision, GpuObservation, IdleShape, LadderState, PodState, Step, Verdict,
     WorkloadMeta,
 };
+use super::risk::Estimate;
 use super::rules::Rules;
 use crate::api::policy::ActionType;
 
 /// Classifies, prices and decides in one call: what the controller and backtest run for
-/// every governed workload at every evaluation.
+/// every governed workload at every evaluation. No idle history: a policy with
+/// `idle.maxResumeRisk` falls back to its fixed durations.
 pub fn evaluate(
     rules: &Rules,
     meta: &WorkloadMeta,
@@ -24,10 +26,74 @@ pub fn evaluate(
     ladder: &LadderState,
     now: Timestamp,
 ) -> Decision {
+    evaluate_with(rules, meta, pods, gpus, ladder, now, |_, _| None)
+}
+
+/// [`evaluate`] with the workload's resumption-risk estimate: `estimate(shape, idle_for)`
+/// is asked only when the policy has `idle.maxResumeRisk` and the fixed minimum
+/// durations are met.
+pub fn evaluate_with(
+    rules: &Rules,
+    meta: &WorkloadMeta,
+    pods: &[PodState],
+    gpus: &[GpuObservation],
+    ladder: &LadderState,
+    now: Timestamp,
+    estimate: impl FnOnce(IdleShape, SignedDuration) -> Option<Estimate>,
+) -> Decision {
     let verdict = classify(rules, meta, pods, gpus, ladder, now);
     let observed = gpus.len() as u32;
     let hourly = hourly_usd(rules, gpus, verdict.gpu_devices.saturating_sub(observed));
-    decide(rules, verdict, ladder, hourly, now)
+    let risk = match (&verdict.classification, verdict.idle_since) {
+        (Classification::Idle(shape), Some(since))
+            if rules.max_resume_risk.is_some()
+                && now.duration_since(since) >= rules.warn_after.max(rules.window) =>
+        {
+            estimate(*shape, now.duration_since(since))
+        }
+        _ => None,
+    };
+    decide(rules, verdict, ladder, hourly, risk, now)
+}
+
+/// What the resumption-risk gate says about proceeding now.
+enum Gate {
+    /// Proceed; the note says why (empty when the policy has no gate).
+    Open(String),
+    /// Hold, with the reason.
+    Held(String),
+}
+
+fn gate(rules: &Rules, estimate: Option<&Estimate>, idle_for: SignedDuration) -> Gate {
+    let Some(max) = rules.max_resume_risk else {
+        return Gate::Open(String::new());
+    };
+    if let Some(ceiling) = rules.max_idle.filter(|m| idle_for >= *m) {
+        return Gate::Open(format!(
+            "; idle past idle.maxIdle ({}), whatever the resumption risk",
+            human(ceiling)
+        ));
+    }
+    match estimate {
+        None => Gate::Open(format!(
+            "; fewer than idle.minIdleSpans ({}) past idle spans this long to estimate the resumption risk: the fixed durations decide",
+            rules.risk.min_spans
+        )),
+        Some(e) if e.risk() <= max => Gate::Open(format!(
+            "; {}, within idle.maxResumeRisk ({:.0} %)",
+            e.sentence(),
+            max * 100.0
+        )),
+        Some(e) => Gate::Held(format!(
+            "{}: above idle.maxResumeRisk ({:.0} %), holding{}",
+            e.sentence(),
+            max * 100.0,
+            rules
+                .max_idle
+                .map(|m| format!(" until idle.maxIdle ({})", human(m)))
+                .unwrap_or_default()
+        )),
+    }
 }
 
 /// The next step for a classified workload.
@@ -36,6 +102,7 @@ pub fn decide(
     verdict: Verdict,
     ladder: &LadderState,
     hourly_usd: f64,
+    estimate: Option<Estimate>,
     now: Timestamp,
 ) -> Decision {
     let done = |step, next_step_at, reason: String| Decision {
@@ -44,6 +111,7 @@ pub fn decide(
         next_step_at,
         reason,
         hourly_usd,
+        estimate: estimate.clone(),
     };
     let (Classification::Idle(shape), Some(idle_since)) =
         (&verdict.classification, verdict.idle_since)
@@ -65,13 +133,18 @@ pub fn decide(
     // period does not count for this one.
     let warn_due = idle_since + rules.warn_after.max(rules.window);
     let warned_at = ladder.warned_at.filter(|w| *w >= idle_since);
+    let gate = gate(rules, estimate.as_ref(), now.duration_since(idle_since));
+    let ceiling_at = rules.max_idle.map(|m| idle_since + m);
     let Some(warned_at) = warned_at else {
         return if now >= warn_due {
-            done(
-                Step::Warn,
-                None,
-                format!("idle since {idle_since}: warn the owner"),
-            )
+            match gate {
+                Gate::Open(note) => done(
+                    Step::Warn,
+                    None,
+                    format!("idle since {idle_since}: warn the owner{note}"),
+                ),
+                Gate::Held(why) => done(Step::Nothing, ceiling_at, why),
+            }
         } else {
             done(
                 Step::Nothing,
@@ -113,13 +186,17 @@ pub fn decide(
             ),
         );
     }
+    let note = match gate {
+        Gate::Open(note) => note,
+        Gate::Held(why) => return done(Step::Nothing, ceiling_at, format!("warned; {why}")),
+    };
     let idle_for = human(now.duration_since(idle_since));
     if rules.enforce {
         done(
             Step::Act(rules.action),
             None,
             format!(
-                "idle for {idle_for}, warned at {warned_at}: {}",
+                "idle for {idle_for}, warned at {warned_at}: {}{note}",
                 action_name(rules.action)
             ),
         )
@@ -128,7 +205,7 @@ pub fn decide(
             Step::WouldAct(rules.action),
             None,
             format!(
-                "idle for {idle_for}, warned at {warned_at}: would {} (Audit mode)",
+                "idle for {idle_for}, warned at {warned_at}: would {} (Audit mode){note}",
                 action_name(rules.action)
             ),
         )

@@ -11,13 +11,15 @@ pub mod classify;
 pub mod cost;
 pub mod ladder;
 pub mod model;
+pub mod risk;
 pub mod rules;
 
 pub use activity::{ActivityTracker, Sample};
 pub use classify::classify;
-pub use ladder::{decide, evaluate, limit_actions};
+pub use ladder::{decide, evaluate, evaluate_with, limit_actions};
 pub use model::{
     Classification, Decision, GpuObservation, IdleShape, LadderState, PodPhase, PodState, Step,
     Verdict, WorkloadMeta,
 };
+pub use risk::{Basis, Estimate, Histories, IdleHistory, RiskParams};
 pub use rules::Rules;

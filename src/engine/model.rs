@@ -205,4 +205,7 @@ pub struct Decision {
     pub reason: String,
     /// USD per hour the workload's GPUs cost.
     pub hourly_usd: f64,
+    /// The resumption-risk estimate the step was decided with (policies with
+    /// `idle.maxResumeRisk`, once the fixed minimum durations are met).
+    pub estimate: Option<super::risk::Estimate>,
 }

@@ -20,6 +20,11 @@ pub struct Rules {
     pub memory_held_mib: f64,
     pub data_starved_pcie: f64,
     pub reap_data_starved: bool,
+    /// Resumption-risk gate (None: fixed durations only).
+    pub max_resume_risk: Option<f64>,
+    pub risk: super::risk::RiskParams,
+    /// Ceiling after which the ladder proceeds whatever the risk.
+    pub max_idle: Option<SignedDuration>,
     pub warn_after: SignedDuration,
     pub action: ActionType,
     pub action_after: SignedDuration,
@@ -50,6 +55,13 @@ impl Rules {
             memory_held_mib: spec.idle.memory_held_mib,
             data_starved_pcie: spec.idle.data_starved_pcie_rx_bytes_per_second,
             reap_data_starved: spec.idle.reap_data_starved,
+            max_resume_risk: spec.idle.max_resume_risk,
+            risk: super::risk::RiskParams {
+                horizon: dur(&spec.idle.resume_horizon),
+                lookback: dur(&spec.idle.history),
+                min_spans: spec.idle.min_idle_spans,
+            },
+            max_idle: spec.idle.max_idle.as_ref().map(dur),
             warn_after: dur(&spec.warn.after),
             action: spec.action.type_,
             action_after: dur(&spec.action.after),

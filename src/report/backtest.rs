@@ -44,18 +44,45 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         step_seconds: step.as_secs(),
         skip_unknown_metrics: args.skip_unknown_metrics,
     };
-    let trace = match &args.prometheus.prometheus_url {
-        Some(_) => {
+    let trace = match (&args.prometheus.prometheus_url, &args.synthetic) {
+        (Some(_), _) => {
             let (from, to) = time_range(&args.from, args.to.as_deref())?;
             fetch_trace(&args.prometheus, from, to, &options)?
         }
-        None => load_trace(args.trace.as_deref(), &options)?,
+        (None, Some(mix)) => synthetic_trace(mix, &options)?,
+        (None, None) => load_trace(args.trace.as_deref(), &options)?,
     };
     let name = policy
         .metadata
         .name
         .clone()
         .unwrap_or_else(|| "unnamed".into());
+    if args.sweep {
+        let points = crate::backtest::sweep::sweep(
+            &policy.spec,
+            &trace,
+            &crate::backtest::sweep::SweepSpec::default(),
+            regret_horizon,
+        );
+        if let Some(path) = &args.svg {
+            let title = format!("{name}: reclaimed GPU-hours against regret rate");
+            std::fs::write(path, crate::report::svg::frontier(&title, &points)).map_err(
+                |source| Error::Io {
+                    path: path.clone(),
+                    source,
+                },
+            )?;
+        }
+        return Ok(match args.format {
+            OutputFormat::Table => crate::report::render::sweep_table(&name, &points),
+            OutputFormat::Json => {
+                serde_json::to_string_pretty(&points)
+                    .map_err(|e| Error::Serialize(e.to_string()))?
+                    + "\n"
+            }
+            OutputFormat::Csv => crate::report::render::sweep_csv(&points),
+        });
+    }
     let result = backtest::run(
         &name,
         &policy.spec,
@@ -78,6 +105,62 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         OutputFormat::Json => crate::report::render::json(&result)? + "\n",
         OutputFormat::Csv => crate::report::render::csv(&result),
     })
+}
+
+/// `--synthetic inference=143,hours=24,seed=1`: a generated trace (backtest::synth).
+pub fn synthetic_trace(spec: &str, options: &ReadOptions) -> Result<Trace> {
+    use crate::backtest::synth::{InferenceModel, Mix, write};
+    let bad = |message: String| Error::InvalidArgument {
+        flag: "synthetic",
+        message,
+    };
+    let mut mix = Mix {
+        inference: 0,
+        ..Mix::default()
+    };
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{part:?} is not key=value, e.g. inference=143")))?;
+        let number: u64 = value.trim().parse().map_err(|_| {
+            bad(format!(
+                "{key}={value:?}: the value must be a whole number, e.g. {key}=10"
+            ))
+        })?;
+        let small = || {
+            u32::try_from(number)
+                .ok()
+                .filter(|n| *n <= 100_000)
+                .ok_or_else(|| bad(format!("{key}={number} is too large (at most 100000)")))
+        };
+        match key.trim() {
+            "inference" => mix.inference = small()?,
+            "notebooks" => mix.notebooks = small()?,
+            "hungJobs" => mix.hung_jobs = small()?,
+            "crashLoops" => mix.crash_loops = small()?,
+            "hours" => mix.hours = small()?.clamp(1, 24 * 60),
+            "seed" => mix.seed = number,
+            other => {
+                return Err(bad(format!(
+                    "unknown key {other:?}; the keys are inference, notebooks, hungJobs, crashLoops, hours, seed"
+                )));
+            }
+        }
+    }
+    if mix.inference + mix.notebooks + mix.hung_jobs + mix.crash_loops == 0 {
+        return Err(bad(
+            "generates no workload: give a count, e.g. inference=143,hours=24".into(),
+        ));
+    }
+    mix.step_seconds = u32::try_from(options.step_seconds.clamp(1, 3600)).unwrap_or(60);
+    let mut text = Vec::new();
+    write(&mix, &InferenceModel::default(), &mut text)
+        .map_err(|e| Error::Serialize(format!("generating the synthetic trace: {e}")))?;
+    Ok(read_trace(
+        BufReader::new(&text[..]),
+        "<synthetic>",
+        options,
+    )?)
 }
 
 /// `--from` (RFC 3339, or a duration before `--to`) and `--to` (RFC 3339, default now)

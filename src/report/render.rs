@@ -149,3 +149,54 @@ pub fn table(b: &Backtest) -> String {
     );
     out
 }
+
+/// `backtest --sweep` as a table: one row per variant, then which variant beats each
+/// fixed rule.
+pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Sweep of policy {policy}: reclaimed GPU-hours against regret rate (maxPerHour lifted; other tools' rules act at once, without warning)\n"
+    );
+    let _ = writeln!(
+        out,
+        "{:<10} {:<36} {:>8} {:>8} {:>8} {:>14}",
+        "FAMILY", "VARIANT", "ACTIONS", "REGRETS", "REGRET", "RECLAIMED GPU-H"
+    );
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<36} {:>8} {:>8} {:>7.1}% {:>14.1}",
+            format!("{:?}", p.family),
+            p.label,
+            p.actions,
+            p.regrets,
+            p.regret_rate * 100.0,
+            p.reclaimed_gpu_hours
+        );
+    }
+    let _ = writeln!(out);
+    for (fixed, better) in crate::backtest::sweep::risk_dominates_fixed(points) {
+        let _ = match better {
+            Some(r) => writeln!(
+                out,
+                "{fixed}: beaten by {r} (as many GPU-hours or more, regret rate no higher)"
+            ),
+            None => writeln!(out, "{fixed}: not beaten by any risk level"),
+        };
+    }
+    out
+}
+
+/// `backtest --sweep --format csv`.
+pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
+    let mut out = String::from("family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:?},{},{},{},{:.4},{:.3}",
+            p.family, p.label, p.actions, p.regrets, p.regret_rate, p.reclaimed_gpu_hours
+        );
+    }
+    out
+}

@@ -133,3 +133,114 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
+
+/// `backtest --sweep --svg`: reclaimed GPU-hours (y) against regret rate (x), one polyline
+/// per family of variants.
+pub fn frontier(title: &str, points: &[crate::backtest::sweep::Point]) -> String {
+    use crate::backtest::sweep::Family;
+    let (w, h, left, top, pw, ph) = (880.0, 480.0, 70.0, 50.0, 560.0, 370.0);
+    let max_y = points
+        .iter()
+        .map(|p| p.reclaimed_gpu_hours)
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let x = |r: f64| left + r.clamp(0.0, 1.0) * pw;
+    let y = |g: f64| top + ph - g / max_y * ph;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="10" y="20" font-size="13" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#999"/>"##
+    );
+    for i in 0..=10 {
+        let r = f64::from(i) / 10.0;
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="middle">{:.0}%</text>"##,
+            x(r),
+            top + ph + 15.0,
+            r * 100.0
+        );
+        let g = max_y * r;
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="end">{:.0}</text>"##,
+            left - 5.0,
+            y(g) + 4.0,
+            g
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">regret rate (actions followed by activity within the horizon)</text>"#,
+        left + pw / 2.0,
+        top + ph + 32.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">reclaimed GPU-hours</text>"#,
+        top + ph / 2.0,
+        top + ph / 2.0
+    );
+    let families = [
+        (Family::Risk, "#2e7d32", "risk-based (idle.maxResumeRisk)"),
+        (
+            Family::Fixed,
+            "#c0392b",
+            "fixed idle duration (action.after)",
+        ),
+        (Family::Baseline, "#555555", "other tools' fixed rules"),
+    ];
+    for (k, (family, colour, name)) in families.iter().enumerate() {
+        let mut mine: Vec<_> = points.iter().filter(|p| p.family == *family).collect();
+        mine.sort_by(|a, b| a.regret_rate.total_cmp(&b.regret_rate));
+        if *family != Family::Baseline && mine.len() > 1 {
+            let path: Vec<String> = mine
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", x(p.regret_rate), y(p.reclaimed_gpu_hours)))
+                .collect();
+            let _ = writeln!(
+                s,
+                r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
+                path.join(" ")
+            );
+        }
+        for p in &mine {
+            let (px, py) = (x(p.regret_rate), y(p.reclaimed_gpu_hours));
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="4" fill="{colour}"><title>{}: {} actions, {:.0} % regret, {:.1} GPU-h</title></circle>"#,
+                esc(&p.label),
+                p.actions,
+                p.regret_rate * 100.0,
+                p.reclaimed_gpu_hours
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" fill="{colour}" font-size="9">{}</text>"#,
+                px + 6.0,
+                py - 4.0,
+                esc(&p.label)
+            );
+        }
+        let ly = top + 14.0 + 16.0 * k as f64;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{}" y="{}" width="10" height="10" fill="{colour}"/><text x="{}" y="{}">{name}</text>"#,
+            left + pw + 10.0,
+            ly - 9.0,
+            left + pw + 24.0,
+            ly
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -1,0 +1,532 @@
+//! Resumption risk: how likely an idle workload is to become active again within the
+//! regret horizon, given how long it has been idle now. PURE: spans are fed in time order
+//! by the caller (the controller each cycle, backtest each step); nothing here reads a
+//! clock or looks past the instant it is asked about.
+//!
+//! The estimate is survival analysis over idle spans. A span runs from the last busy
+//! instant to the next busy one ("resumed after R") or to the moment the workload stopped
+//! being observed — a gap, its pods gone, or an action ("censored at C"). Idle for `t` now,
+//! the risk is
+//!
+//! ```text
+//!            spans with t < R ≤ t + h
+//! risk = ─────────────────────────────────────────────────────────────
+//!        spans with R > t  +  censored spans observed idle to C ≥ t + h
+//! ```
+//!
+//! i.e. among past idle spans that lasted longer than this one has so far, the share that
+//! ended within the horizon `h`. Censored spans count only when they are known to have
+//! outlasted `t + h`. The workload's own spans are used when at least `minIdleSpans` of
+//! them qualify; else the spans of every workload of the same policy and idle shape
+//! (a young workload borrows its peers' rhythm); else there is no estimate and the
+//! policy's fixed durations decide.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::classify::human;
+use super::model::IdleShape;
+
+/// Where an estimate's spans came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The workload's own idle spans.
+    Own,
+    /// Idle spans of all workloads of the same shape under the policy.
+    Peers(IdleShape),
+}
+
+/// One resumption-risk estimate, with its evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// How long the workload has been idle.
+    pub idle_for: SignedDuration,
+    /// The regret horizon.
+    pub horizon: SignedDuration,
+    /// Past spans that outlasted `idle_for` and then ended within the horizon.
+    pub resumed: u32,
+    /// Past spans that outlasted `idle_for` (the denominator).
+    pub longer: u32,
+    pub basis: Basis,
+}
+
+impl Estimate {
+    /// Probability of activity within the horizon (0–1).
+    pub fn risk(&self) -> f64 {
+        if self.longer == 0 {
+            1.0
+        } else {
+            f64::from(self.resumed) / f64::from(self.longer)
+        }
+    }
+
+    /// "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of
+    /// 40 cases (5 %)".
+    pub fn sentence(&self) -> String {
+        let whose = match self.basis {
+            Basis::Own => "this workload's".to_string(),
+            Basis::Peers(shape) => format!("{} workloads'", shape.as_str()),
+        };
+        let t = human(self.idle_for);
+        format!(
+            "idle {t}; {whose} idle spans longer than {t} ended within {} in {} of {} cases ({:.0} %)",
+            human(self.horizon),
+            self.resumed,
+            self.longer,
+            self.risk() * 100.0
+        )
+    }
+}
+
+/// What the estimate needs from the policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RiskParams {
+    pub horizon: SignedDuration,
+    pub lookback: SignedDuration,
+    pub min_spans: u32,
+}
+
+/// A finished idle span.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Span {
+    /// When it ended (resumed or stopped being observed), Unix seconds.
+    ended_at: i64,
+    /// Seconds from the last busy instant to the resumption (or to the last idle
+    /// observation, when censored).
+    length: i64,
+    resumed: bool,
+    shape: Option<IdleShape>,
+}
+
+/// Idle spans of one workload over the lookback, plus the span in progress.
+#[derive(Debug, Clone, Default)]
+pub struct IdleHistory {
+    spans: VecDeque<Span>,
+    /// Last busy instant, while the workload is observed (None: not observed since a gap).
+    last_busy: Option<Timestamp>,
+    /// Last idle instant observed after `last_busy`.
+    last_idle: Option<Timestamp>,
+    /// The idle shape the workload was last classified in: its spans are pooled with
+    /// peers of that shape.
+    shape: Option<IdleShape>,
+}
+
+impl IdleHistory {
+    /// Finished spans kept.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Counts (resumed within the horizon, outlasted `t`) over this workload's spans.
+    fn counts(&self, t: i64, h: i64) -> (u32, u32) {
+        let (mut resumed, mut longer) = (0, 0);
+        for s in &self.spans {
+            if s.resumed {
+                if s.length > t {
+                    longer += 1;
+                    if s.length <= t + h {
+                        resumed += 1;
+                    }
+                }
+            } else if s.length >= t + h {
+                longer += 1;
+            }
+        }
+        (resumed, longer)
+    }
+}
+
+/// Prefix sums over minute buckets (a Fenwick tree): the pooled spans of one shape.
+#[derive(Debug, Clone)]
+struct Buckets {
+    tree: Vec<i64>,
+}
+
+impl Buckets {
+    fn new(n: usize) -> Self {
+        Self {
+            tree: vec![0; n + 1],
+        }
+    }
+
+    fn add(&mut self, bucket: usize, delta: i64) {
+        let mut i = bucket.min(self.tree.len() - 2) + 1;
+        while i < self.tree.len() {
+            self.tree[i] += delta;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Count in buckets `0..=bucket`.
+    fn prefix(&self, bucket: usize) -> i64 {
+        let mut i = (bucket.min(self.tree.len() - 2)) + 1;
+        let mut s = 0;
+        while i > 0 {
+            s += self.tree[i];
+            i -= i & i.wrapping_neg();
+        }
+        s
+    }
+
+    fn total(&self) -> i64 {
+        self.prefix(self.tree.len() - 2)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Pool {
+    resumed: Buckets,
+    censored: Buckets,
+}
+
+/// The idle histories of every workload of one policy, and their pool by shape.
+#[derive(Debug, Clone)]
+pub struct Histories<K> {
+    params: RiskParams,
+    /// Bucket count: one per minute of the lookback, plus one for longer spans.
+    buckets: usize,
+    by_workload: HashMap<K, IdleHistory>,
+    pool: HashMap<IdleShape, Pool>,
+}
+
+impl<K: Eq + Hash + Clone> Histories<K> {
+    pub fn new(params: RiskParams) -> Self {
+        let minutes = (params.lookback.as_secs() / 60).clamp(1, 366 * 24 * 60) as usize;
+        Self {
+            params,
+            buckets: minutes + 1,
+            by_workload: HashMap::new(),
+            pool: HashMap::new(),
+        }
+    }
+
+    pub fn params(&self) -> RiskParams {
+        self.params
+    }
+
+    pub fn get(&self, key: &K) -> Option<&IdleHistory> {
+        self.by_workload.get(key)
+    }
+
+    /// Workloads tracked.
+    pub fn workloads(&self) -> usize {
+        self.by_workload.len()
+    }
+
+    /// Finished spans kept, over all workloads.
+    pub fn spans(&self) -> usize {
+        self.by_workload.values().map(IdleHistory::len).sum()
+    }
+
+    fn bucket(&self, seconds: i64) -> usize {
+        ((seconds.max(0) / 60) as usize).min(self.buckets - 1)
+    }
+
+    fn pool_add(&mut self, span: &Span, delta: i64) {
+        let Some(shape) = span.shape else { return };
+        let b = self.bucket(span.length);
+        let n = self.buckets;
+        let pool = self.pool.entry(shape).or_insert_with(|| Pool {
+            resumed: Buckets::new(n),
+            censored: Buckets::new(n),
+        });
+        if span.resumed {
+            pool.resumed.add(b, delta);
+        } else {
+            pool.censored.add(b, delta);
+        }
+    }
+
+    fn push(&mut self, key: &K, span: Span) {
+        self.pool_add(&span, 1);
+        if let Some(h) = self.by_workload.get_mut(key) {
+            h.spans.push_back(span);
+        }
+    }
+
+    /// The workload was classified idle in `shape`: its spans pool with that shape's.
+    pub fn set_shape(&mut self, key: &K, shape: IdleShape) {
+        self.by_workload.entry(key.clone()).or_default().shape = Some(shape);
+    }
+
+    /// Activity at or above the threshold at `at`. Ends the idle span in progress, if
+    /// any lasted longer than `resolution` (one evaluation step).
+    pub fn busy(&mut self, key: &K, at: Timestamp, resolution: SignedDuration) {
+        let h = self.by_workload.entry(key.clone()).or_default();
+        if h.last_busy.is_some_and(|b| b >= at) {
+            return; // already known (the controller sees the same last-busy instant again)
+        }
+        let previous = h.last_busy.replace(at);
+        h.last_idle = None;
+        let shape = h.shape;
+        if let Some(from) = previous {
+            let length = at.duration_since(from);
+            if length > resolution {
+                self.push(
+                    key,
+                    Span {
+                        ended_at: at.as_second(),
+                        length: length.as_secs(),
+                        resumed: true,
+                        shape,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Observed below the threshold at `at`.
+    pub fn idle(&mut self, key: &K, at: Timestamp) {
+        let h = self.by_workload.entry(key.clone()).or_default();
+        if h.last_busy.is_some() {
+            h.last_idle = Some(at);
+        }
+    }
+
+    /// Not observed at `at` (telemetry gap, pods gone, or acted on): the span in progress
+    /// is censored at its last idle observation.
+    pub fn unobserved(&mut self, key: &K, at: Timestamp) {
+        let Some(h) = self.by_workload.get_mut(key) else {
+            return;
+        };
+        let (Some(from), Some(to)) = (h.last_busy.take(), h.last_idle.take()) else {
+            return;
+        };
+        let shape = h.shape;
+        self.push(
+            key,
+            Span {
+                ended_at: at.as_second(),
+                length: to.duration_since(from).as_secs(),
+                resumed: false,
+                shape,
+            },
+        );
+    }
+
+    /// Drops spans that ended before the lookback, and workloads with nothing left that
+    /// are gone. `present` says which workloads hold GPUs now: one that does not (scaled
+    /// to zero, suspended) is known not busy, so its open idle span runs on until it comes
+    /// back busy — that is how the length of an idle span cut short by an action is
+    /// learnt.
+    pub fn prune(&mut self, now: Timestamp, present: impl Fn(&K) -> bool) {
+        let horizon = (now - self.params.lookback).as_second();
+        let lookback_start = now - self.params.lookback;
+        let mut dropped = Vec::new();
+        self.by_workload.retain(|k, h| {
+            while h.spans.front().is_some_and(|s| s.ended_at < horizon) {
+                dropped.extend(h.spans.pop_front());
+            }
+            if present(k) {
+                return true;
+            }
+            match h.last_busy {
+                // Away for longer than the lookback: forget the open span.
+                Some(b) if b < lookback_start => {
+                    h.last_busy = None;
+                    h.last_idle = None;
+                }
+                Some(_) => h.last_idle = Some(now),
+                None => {}
+            }
+            h.last_busy.is_some() || !h.spans.is_empty()
+        });
+        for s in dropped {
+            self.pool_add(&s, -1);
+        }
+    }
+
+    /// The resumption risk of `key`, idle in `shape` for `idle_for`. None when neither
+    /// its own spans nor its peers' have `min_spans` qualifying cases.
+    pub fn estimate(
+        &self,
+        key: &K,
+        shape: IdleShape,
+        idle_for: SignedDuration,
+    ) -> Option<Estimate> {
+        let (t, h) = (idle_for.as_secs(), self.params.horizon.as_secs());
+        let min = self.params.min_spans.max(1);
+        let make = |(resumed, longer), basis| Estimate {
+            idle_for,
+            horizon: self.params.horizon,
+            resumed,
+            longer,
+            basis,
+        };
+        if let Some(own) = self.by_workload.get(key) {
+            let counts = own.counts(t, h);
+            if counts.1 >= min {
+                return Some(make(counts, Basis::Own));
+            }
+        }
+        let pool = self.pool.get(&shape)?;
+        // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
+        let tb = self.bucket(t);
+        let thb = self.bucket(t + h);
+        let longer_resumed = pool.resumed.total() - pool.resumed.prefix(tb);
+        let resumed = pool.resumed.prefix(thb) - pool.resumed.prefix(tb);
+        let censored = match thb {
+            0 => pool.censored.total(),
+            b => pool.censored.total() - pool.censored.prefix(b - 1),
+        };
+        let longer = longer_resumed + censored;
+        let counts = (
+            u32::try_from(resumed).unwrap_or(u32::MAX),
+            u32::try_from(longer).unwrap_or(u32::MAX),
+        );
+        (counts.1 >= min).then(|| make(counts, Basis::Peers(shape)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(min: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + min * 60).unwrap()
+    }
+
+    fn params(min_spans: u32) -> RiskParams {
+        RiskParams {
+            horizon: SignedDuration::from_hours(2),
+            lookback: SignedDuration::from_hours(24 * 7),
+            min_spans,
+        }
+    }
+
+    const STEP: SignedDuration = SignedDuration::from_secs(60);
+
+    /// Feeds idle spans of the given lengths (minutes), separated by one busy minute.
+    fn feed(h: &mut Histories<u32>, key: u32, start: i64, lengths: &[i64]) -> i64 {
+        let mut m = start;
+        h.set_shape(&key, IdleShape::MemoryHeld);
+        h.busy(&key, t(m), STEP);
+        for &len in lengths {
+            for k in 1..len {
+                h.idle(&key, t(m + k));
+            }
+            m += len;
+            h.busy(&key, t(m), STEP);
+        }
+        m
+    }
+
+    #[test]
+    fn own_spans_give_the_share_that_ended_within_the_horizon() {
+        let mut h = Histories::new(params(3));
+        // Spans of 10m, 3h, 4h, 10h, 20h: idle for 2h now, 4 spans lasted longer, of which
+        // those ending by 4h (3h and 4h) resumed within the horizon.
+        feed(&mut h, 1, 0, &[10, 180, 240, 600, 1200]);
+        let e = h
+            .estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_hours(2))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer, e.basis), (2, 4, Basis::Own));
+        assert_eq!(e.risk(), 0.5);
+        assert_eq!(
+            e.sentence(),
+            "idle 2h; this workload's idle spans longer than 2h ended within 2h in 2 of 4 cases (50 %)"
+        );
+    }
+
+    #[test]
+    fn too_few_own_spans_borrow_the_peers_of_the_same_shape_then_give_up() {
+        let mut h = Histories::new(params(3));
+        feed(&mut h, 1, 0, &[300, 300, 300, 300]);
+        feed(&mut h, 2, 0, &[5]);
+        let e = h
+            .estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer), (0, 4));
+        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
+        assert!(
+            h.estimate(&2, IdleShape::Unused, SignedDuration::from_hours(1))
+                .is_none()
+        );
+        assert!(
+            h.estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(5))
+                .is_none(),
+            "no span outlasted 5h: no basis"
+        );
+    }
+
+    #[test]
+    fn pooled_counts_equal_the_sum_of_own_counts_at_minute_resolution() {
+        let mut h = Histories::new(params(1));
+        let lens: Vec<i64> = (1..200).map(|i| (i * 37) % 900 + 2).collect();
+        feed(&mut h, 1, 0, &lens[..100]);
+        feed(&mut h, 2, 0, &lens[100..]);
+        for idle in [30, 60, 125, 240, 600] {
+            let d = SignedDuration::from_mins(idle);
+            let (a, b) = (h.get(&1).unwrap(), h.get(&2).unwrap());
+            let (r1, l1) = a.counts(d.as_secs(), 7200);
+            let (r2, l2) = b.counts(d.as_secs(), 7200);
+            // A workload with no spans of its own gets the pool: both workloads' spans.
+            let e = h.estimate(&3, IdleShape::MemoryHeld, d).unwrap();
+            assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
+            assert_eq!((e.resumed, e.longer), (r1 + r2, l1 + l2), "idle {idle}m");
+        }
+    }
+
+    #[test]
+    fn censored_spans_count_only_once_they_outlasted_the_horizon() {
+        let mut h = Histories::new(params(1));
+        h.set_shape(&1, IdleShape::Unused);
+        h.busy(&1, t(0), STEP);
+        for m in 1..=300 {
+            h.idle(&1, t(m));
+        }
+        h.unobserved(&1, t(301));
+        h.busy(&1, t(400), STEP); // first busy after the gap starts no span
+        for m in 401..=430 {
+            h.idle(&1, t(m));
+        }
+        h.unobserved(&1, t(431));
+        // Idle 1h: the 300-minute censored span outlasted 1h + 2h; the 30-minute one is
+        // shorter than 1h and unknown.
+        let e = h
+            .estimate(&1, IdleShape::Unused, SignedDuration::from_hours(1))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer), (0, 1));
+        // Idle 4h: the 300-minute span was seen idle only to 5h, not to 6h: unknown.
+        assert!(
+            h.estimate(&1, IdleShape::Unused, SignedDuration::from_hours(4))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn spans_older_than_the_lookback_are_forgotten_by_the_workload_and_the_pool() {
+        let mut h = Histories::new(RiskParams {
+            lookback: SignedDuration::from_hours(10),
+            ..params(1)
+        });
+        let end = feed(&mut h, 1, 0, &[120, 120, 120]);
+        assert_eq!(h.spans(), 3);
+        // The first span ended at minute 120: ten hours later it is out of the lookback.
+        h.prune(t(120 + 600), |_| true);
+        assert_eq!(h.spans(), 3);
+        h.prune(t(120 + 601), |_| true);
+        assert_eq!(h.spans(), 2);
+        h.prune(t(end + 10_000), |_| false);
+        assert_eq!(h.workloads(), 0);
+        assert!(
+            h.estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_mins(30))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_busy_step_right_after_another_is_no_span() {
+        let mut h = Histories::new(params(1));
+        for m in 0..10 {
+            h.busy(&1, t(m), STEP);
+        }
+        assert_eq!(h.spans(), 0);
+    }
+}

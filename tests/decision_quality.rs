@@ -1,0 +1,389 @@
+//! Decision quality (issue "learn each workload's rhythm"): the resumption-risk gate in
+//! the ladder, its fallbacks and ceiling, no peeking into the future in backtest, and
+//! the risk-based policy against fixed thresholds on bursty inference traces.
+
+use std::collections::BTreeMap;
+use std::io::BufReader;
+
+use gpu_reaper::api::policy::{GpuPolicySpec, PolicyMode};
+use gpu_reaper::backtest::synth::{InferenceModel, Mix, write};
+use gpu_reaper::backtest::{self, BacktestOptions};
+use gpu_reaper::engine::model::{
+    Decision, GpuObservation, IdleShape, LadderState, PodPhase, PodState, Step, WorkloadMeta,
+};
+use gpu_reaper::engine::{Basis, Estimate, Rules, evaluate, evaluate_with};
+use gpu_reaper::telemetry::trace::{ReadOptions, Trace, read_trace};
+use jiff::{SignedDuration, Timestamp};
+use proptest::prelude::*;
+
+const T0: i64 = 1_800_000_000;
+
+fn at(min: i64) -> Timestamp {
+    Timestamp::from_second(T0 + min * 60).unwrap()
+}
+
+fn dur(text: &str) -> kube::core::Duration {
+    text.parse().unwrap()
+}
+
+fn risk_spec(max_risk: f64, max_idle: Option<&str>, mode: PolicyMode) -> GpuPolicySpec {
+    let mut s = GpuPolicySpec {
+        mode,
+        ..GpuPolicySpec::default()
+    };
+    s.idle.max_resume_risk = Some(max_risk);
+    s.idle.max_idle = max_idle.map(dur);
+    s
+}
+
+fn meta() -> WorkloadMeta {
+    WorkloadMeta {
+        kind: "Deployment".into(),
+        namespace: "serving".into(),
+        name: "llm".into(),
+        created_at: at(-10_000),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    }
+}
+
+fn pod() -> PodState {
+    PodState {
+        phase: PodPhase::Running,
+        waiting_reason: None,
+        stuck_since: None,
+        gpu_devices: 1,
+    }
+}
+
+/// One GPU holding memory, last busy at minute `busy`.
+fn gpu(busy: i64) -> GpuObservation {
+    GpuObservation {
+        id: "GPU-0".into(),
+        model: "NVIDIA H100 80GB HBM3".into(),
+        share: 1.0,
+        pod: 0,
+        coverage: 1.0,
+        first_sample_at: Some(at(-10_000)),
+        last_busy_at: Some(at(busy)),
+        blind_until: Some(at(-10_000)),
+        fb_used_mib: Some(40_000.0),
+        ..GpuObservation::default()
+    }
+}
+
+fn estimate(resumed: u32, longer: u32, idle_for: SignedDuration) -> Estimate {
+    Estimate {
+        idle_for,
+        horizon: SignedDuration::from_hours(2),
+        resumed,
+        longer,
+        basis: Basis::Own,
+    }
+}
+
+fn decide_at(
+    spec: &GpuPolicySpec,
+    ladder: &LadderState,
+    now: i64,
+    counts: Option<(u32, u32)>,
+) -> Decision {
+    let rules = Rules::from_spec(spec);
+    evaluate_with(
+        &rules,
+        &meta(),
+        &[pod()],
+        &[gpu(0)],
+        ladder,
+        at(now),
+        |shape, idle_for| {
+            assert_eq!(shape, IdleShape::MemoryHeld);
+            counts.map(|(r, l)| estimate(r, l, idle_for))
+        },
+    )
+}
+
+#[test]
+fn a_workload_whose_long_idle_spans_usually_end_soon_is_not_warned() {
+    let spec = risk_spec(0.05, None, PolicyMode::Enforce);
+    let d = decide_at(&spec, &LadderState::default(), 190, Some((12, 40)));
+    assert_eq!(d.step, Step::Nothing);
+    assert_eq!(
+        d.reason,
+        "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 12 of 40 cases (30 %): above idle.maxResumeRisk (5 %), holding"
+    );
+    assert_eq!(d.estimate.as_ref().map(|e| e.longer), Some(40));
+}
+
+#[test]
+fn a_low_risk_warns_then_acts_and_both_say_why() {
+    let spec = risk_spec(0.05, None, PolicyMode::Enforce);
+    let d = decide_at(&spec, &LadderState::default(), 190, Some((2, 40)));
+    assert_eq!(d.step, Step::Warn);
+    assert!(
+        d.reason.ends_with(
+            "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of 40 cases (5 %), within idle.maxResumeRisk (5 %)"
+        ),
+        "{}",
+        d.reason
+    );
+    let warned = LadderState {
+        warned_at: Some(at(190)),
+        ..LadderState::default()
+    };
+    let d = decide_at(&spec, &warned, 220, Some((1, 40)));
+    assert!(matches!(d.step, Step::Act(_)), "{d:?}");
+    assert!(d.reason.contains("1 of 40 cases"), "{}", d.reason);
+    // The risk rose during the notice: the action is held, the warning stands.
+    let d = decide_at(&spec, &warned, 220, Some((20, 40)));
+    assert_eq!(d.step, Step::Nothing);
+    assert!(d.reason.starts_with("warned; idle 3h40m"), "{}", d.reason);
+}
+
+#[test]
+fn without_enough_history_the_fixed_durations_decide() {
+    let spec = risk_spec(0.05, None, PolicyMode::Enforce);
+    let fixed = Rules::from_spec(&GpuPolicySpec {
+        mode: PolicyMode::Enforce,
+        ..GpuPolicySpec::default()
+    });
+    for now in [20, 31, 45, 61, 90] {
+        for ladder in [
+            LadderState::default(),
+            LadderState {
+                warned_at: Some(at(31)),
+                ..LadderState::default()
+            },
+        ] {
+            let gated = decide_at(&spec, &ladder, now, None);
+            let plain = evaluate(&fixed, &meta(), &[pod()], &[gpu(0)], &ladder, at(now));
+            assert_eq!(gated.step, plain.step, "minute {now}, {ladder:?}");
+        }
+    }
+    let d = decide_at(&spec, &LadderState::default(), 31, None);
+    assert!(
+        d.reason.contains("fewer than idle.minIdleSpans (10)"),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn the_estimate_is_not_asked_before_the_fixed_minimum_durations() {
+    let spec = risk_spec(0.05, None, PolicyMode::Enforce);
+    let rules = Rules::from_spec(&spec);
+    let d = evaluate_with(
+        &rules,
+        &meta(),
+        &[pod()],
+        &[gpu(0)],
+        &LadderState::default(),
+        at(29),
+        |_, _| panic!("asked for an estimate 29 minutes into idleness"),
+    );
+    assert_eq!(d.step, Step::Nothing);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// `maxIdle` is a ceiling: past it the ladder warns, then acts, whatever the estimate
+    /// (Audit only reports; an exempt workload is never touched).
+    #[test]
+    fn max_idle_always_proceeds(
+        resumed in 0u32..50, extra in 0u32..50, idle in 480i64..3000, warned_ago in 0i64..200,
+        audit in any::<bool>(), exempt in any::<bool>(),
+    ) {
+        let mode = if audit { PolicyMode::Audit } else { PolicyMode::Enforce };
+        let spec = risk_spec(0.01, Some("8h"), mode);
+        let rules = Rules::from_spec(&spec);
+        let mut m = meta();
+        if exempt {
+            m.labels.insert(gpu_reaper::api::keys::EXEMPT_LABEL.into(), "true".into());
+        }
+        let counts = Some((resumed, resumed + extra + 1));
+        let est = |_: IdleShape, d: SignedDuration| counts.map(|(r, l)| estimate(r, l, d));
+        let fresh = evaluate_with(&rules, &m, &[pod()], &[gpu(0)], &LadderState::default(), at(idle), est);
+        let ladder = LadderState { warned_at: Some(at(idle - 30 - warned_ago)), ..LadderState::default() };
+        let later = evaluate_with(&rules, &m, &[pod()], &[gpu(0)], &ladder, at(idle), est);
+        if exempt {
+            prop_assert_eq!(fresh.step, Step::Nothing);
+            prop_assert_eq!(later.step, Step::Nothing);
+        } else {
+            prop_assert_eq!(fresh.step, Step::Warn);
+            prop_assert!(matches!(later.step, Step::Act(_) | Step::WouldAct(_)), "{:?}", later);
+            prop_assert_eq!(matches!(later.step, Step::Act(_)), !audit);
+        }
+    }
+}
+
+fn synth(mix: &Mix) -> Vec<u8> {
+    let mut text = Vec::new();
+    write(mix, &InferenceModel::default(), &mut text).unwrap();
+    text
+}
+
+fn read(text: &[u8]) -> Trace {
+    let options = ReadOptions {
+        step_seconds: 60,
+        skip_unknown_metrics: false,
+        workload_labels: Default::default(),
+    };
+    read_trace(BufReader::new(text), "synth", &options).unwrap()
+}
+
+/// Keeps the samples at or before Unix second `cut`.
+fn truncate(text: &[u8], cut: i64) -> Vec<u8> {
+    let text = std::str::from_utf8(text).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        let keep = line.starts_with('#')
+            || line
+                .rsplit(' ')
+                .next()
+                .and_then(|t| t.parse::<i64>().ok())
+                .is_some_and(|t| t <= cut);
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.into_bytes()
+}
+
+fn sample_policy() -> GpuPolicySpec {
+    let text = std::fs::read_to_string("config/samples/policy.yaml").unwrap();
+    let p: gpu_reaper::api::GpuPolicy =
+        gpu_reaper::api::validate::parse_resource(&text, "policy.yaml").unwrap();
+    let mut spec = p.spec;
+    spec.idle.max_resume_risk = Some(0.1);
+    spec.idle.max_idle = Some(dur("8h"));
+    spec.action.max_per_hour = 1000;
+    spec
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// No peeking: every warning and action up to a cut is the same whether the trace goes
+    /// on after the cut or stops there — the estimate never uses later samples.
+    #[test]
+    fn decisions_up_to_a_cut_do_not_depend_on_samples_after_it(seed in 1u64..1000, cut_hour in 3i64..11) {
+        let mix = Mix { inference: 12, notebooks: 2, hung_jobs: 2, hours: 12, seed, ..Mix::default() };
+        let text = synth(&mix);
+        let cut = mix.start + cut_hour * 3600;
+        let options = BacktestOptions { regret_horizon: SignedDuration::from_hours(2), keep_timelines: false };
+        let policy = sample_policy();
+        let full = backtest::run("p", &policy, &read(&text), &options);
+        let short = backtest::run("p", &policy, &read(&truncate(&text, cut)), &options);
+        let upto = |b: &backtest::Backtest| -> Vec<(String, Vec<Timestamp>, Vec<Timestamp>)> {
+            b.workloads.iter().map(|w| (
+                w.name.clone(),
+                w.warnings.iter().copied().filter(|t| t.as_second() <= cut).collect(),
+                w.actions.iter().map(|a| a.at).filter(|t| t.as_second() <= cut).collect(),
+            )).collect()
+        };
+        prop_assert_eq!(upto(&full), upto(&short));
+        prop_assert!(full.summary.actions > 0, "the trace must exercise actions");
+    }
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
+
+fn cli(args: &[&str]) -> (bool, String, String) {
+    let o = std::process::Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("binary runs");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_frontier() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("frontier.svg");
+    let csv = dir.path().join("sweep.csv");
+    let (ok, out, err) = cli(&[
+        "backtest",
+        "--sweep",
+        "--synthetic",
+        "inference=16,hungJobs=2,hours=36,seed=3",
+        "--policy",
+        "config/samples/inference-risk.yaml",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    for needle in [
+        "act after 1h",
+        "act after 8h",
+        "maxResumeRisk 5 %",
+        "other tools: max over 30m == 0",
+        "other tools: avg over 1h <= 1 %",
+    ] {
+        assert!(out.contains(needle), "{needle} missing:\n{out}");
+    }
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawing.starts_with("<svg") && drawing.contains("<polyline"));
+    assert_eq!(drawing.matches("<circle").count(), 7 + 7 + 2);
+
+    let (ok, out, err) = cli(&[
+        "backtest",
+        "--sweep",
+        "--synthetic",
+        "inference=16,hungJobs=2,hours=36,seed=3",
+        "--policy",
+        "config/samples/inference-risk.yaml",
+        "--format",
+        "csv",
+    ]);
+    assert!(ok, "{err}");
+    std::fs::write(&csv, &out).unwrap();
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 16);
+    // The hung jobs never come back: every variant reclaims something, and a longer fixed
+    // duration never acts more often than a shorter one.
+    let fixed: Vec<usize> = rows
+        .iter()
+        .filter(|r| r[0] == "Fixed")
+        .map(|r| r[2].parse().unwrap())
+        .collect();
+    assert!(fixed.windows(2).all(|w| w[0] >= w[1]), "{fixed:?}");
+    assert!(
+        rows.iter().all(|r| r[5].parse::<f64>().unwrap() > 0.0),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bad_synthetic_spec_or_risk_setting_is_refused_naming_it() {
+    let (ok, _, err) = cli(&["backtest", "--synthetic", "inferense=3"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--synthetic: unknown key \"inferense\""),
+        "{err}"
+    );
+    let (ok, _, err) = cli(&["backtest", "--synthetic", "inference=lots"]);
+    assert!(!ok);
+    assert!(err.contains("must be a whole number"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string("config/samples/inference-risk.yaml")
+        .unwrap()
+        .replace("maxIdle: 8h", "maxIdle: 30m")
+        .replace("maxResumeRisk: 0.05", "maxResumeRisk: 1.5");
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, text).unwrap();
+    let (ok, _, err) = cli(&["backtest", "--policy", path.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("spec.idle.maxIdle"), "{err}");
+    assert!(err.contains("spec.idle.maxResumeRisk"), "{err}");
+}
