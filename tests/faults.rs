@@ -990,3 +990,84 @@ async fn the_webhook_before_its_caches_sync_answers_503_and_the_failure_policy_d
     );
     webhook.kill().await.unwrap();
 }
+
+/// A proxy in front of Prometheus that answers the queries `blank` picks with an empty
+/// (successful) vector and forwards every other request; its URL.
+async fn lying_proxy(upstream: String, blank: fn(&str) -> bool) -> String {
+    use axum::body::{Body, to_bytes};
+    use axum::http::{Request, Response};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |request: Request<Body>| {
+        let (client, upstream) = (client.clone(), upstream.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = to_bytes(body, 1 << 20).await.unwrap();
+            let query_in = |text: &[u8]| {
+                url::form_urlencoded::parse(text)
+                    .find(|(k, _)| k == "query")
+                    .map(|(_, v)| v.into_owned())
+            };
+            let query = query_in(parts.uri.query().unwrap_or_default().as_bytes())
+                .or_else(|| query_in(&body))
+                .unwrap_or_default();
+            let json = |status: u16, body: Body| {
+                Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .unwrap()
+            };
+            if blank(&query) {
+                return json(
+                    200,
+                    Body::from(
+                        r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
+                    ),
+                );
+            }
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut forward = client.request(parts.method.clone(), format!("{upstream}{path}"));
+            if let Some(content_type) = parts.headers.get("content-type") {
+                forward = forward.header("content-type", content_type);
+            }
+            let answer = forward.body(body).send().await.unwrap();
+            let status = answer.status().as_u16();
+            json(status, Body::from(answer.bytes().await.unwrap()))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// One query of the batch comes back empty (a proxy or a federation layer dropping it):
+/// with no coverage answer every GPU is blind — NoTelemetry, nothing warned — while the
+/// same cluster read straight from Prometheus warns its idle workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_answer_to_the_coverage_query_judges_nothing_idle() {
+    let prometheus = prometheus_with("faults-empty", &history(&idle(&["chat"]), 140));
+    let proxy = lying_proxy(prometheus.url.clone(), |q| {
+        q.starts_with("count_over_time(")
+    })
+    .await;
+    let lied_to = cluster(&["chat"], &policy("Enforce", "")).await;
+    let log = once_ok(&lied_to, &proxy, 95).await;
+    assert_eq!(
+        annotation(&lied_to, "chat", "gpureaper.io/warned-at"),
+        None,
+        "{log}"
+    );
+    assert!(
+        log.contains("workload=ml/Deployment/chat")
+            && log.contains("classification=\"NoTelemetry\""),
+        "{log}"
+    );
+    let truthful = cluster(&["chat"], &policy("Enforce", "")).await;
+    once_ok(&truthful, &prometheus.url, 95).await;
+    assert_eq!(
+        annotation(&truthful, "chat", "gpureaper.io/warned-at"),
+        Some(at(95))
+    );
+}
