@@ -555,6 +555,7 @@ async fn a_controller_killed_at_each_step_of_an_action_resumes_without_acting_tw
         );
         wake(&sim, "chat").await;
         assert_eq!(replicas(&sim, "chat"), 1, "{context}");
+        let _ = std::fs::remove_file(&log_path);
     }
 }
 
@@ -657,6 +658,7 @@ async fn a_leader_that_loses_its_lease_mid_cycle_hands_over_without_double_actio
         );
     }
     leader.kill().await.unwrap();
+    let _ = std::fs::remove_file(&log_path);
 }
 
 /// 500 workloads go idle at once under `maxPerHour: 20`: the first cycle acts on exactly
