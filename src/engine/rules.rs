@@ -77,17 +77,37 @@ impl Rules {
         }
     }
 
-    /// The activity value of one sample under this policy's signal choice (0–1).
+    /// The activity value of one sample under this policy's signal choice (0–1). A NaN or
+    /// negative sample is no sample (a gap), never idleness — as in the live queries.
     pub fn activity(
         &self,
         engine_active: Option<f64>,
         gpu_util_percent: Option<f64>,
     ) -> Option<f64> {
-        let util = gpu_util_percent.map(|u| u / 100.0);
+        let valid = |v: f64| (v >= 0.0).then_some(v);
+        let engine_active = engine_active.map(valid);
+        let util = gpu_util_percent.map(|u| valid(u / 100.0));
+        // A GPU reporting the preferred family keeps it, valid or not (the live cycle
+        // describes a GPU by one family), so a bad engine sample is a gap, not GPU_UTIL.
         match self.signal {
-            Signal::Auto => engine_active.or(util),
-            Signal::EngineActive => engine_active,
-            Signal::GpuUtil => util,
+            Signal::Auto => engine_active.or(util).flatten(),
+            Signal::EngineActive => engine_active.flatten(),
+            Signal::GpuUtil => util.flatten(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nan_or_negative_sample_is_no_sample_never_idleness() {
+        let rules = Rules::from_spec(&GpuPolicySpec::default());
+        assert_eq!(rules.activity(Some(0.0), None), Some(0.0));
+        assert_eq!(rules.activity(Some(f64::NAN), None), None);
+        assert_eq!(rules.activity(Some(-0.5), Some(80.0)), None);
+        assert_eq!(rules.activity(None, Some(-3.0)), None);
+        assert_eq!(rules.activity(None, Some(40.0)), Some(0.4));
     }
 }

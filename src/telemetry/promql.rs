@@ -21,7 +21,9 @@ pub struct ActivityQueries {
     pub samples_in_window: String,
     /// Timestamp of the last sample at or above the threshold within the horizon.
     pub last_busy: String,
-    /// Last evaluation step within the horizon whose window had too few samples.
+    /// Last evaluation step within the horizon whose window had too few samples, or a
+    /// sample that is not an activity value (NaN from a broken exporter field, or
+    /// negative): such a window is blind, never evidence of idleness.
     pub last_blind: String,
     /// Timestamp of the first sample within the horizon.
     pub first_sample: String,
@@ -90,11 +92,13 @@ pub fn activity_queries(
             secs(horizon),
             secs(step)
         ),
+        // `min_over_time` < 0: a negative sample; a NaN sample makes the window's sum NaN,
+        // and NaN is the only value unequal to itself.
         last_blind: format!(
-            "max_over_time(timestamp(count_over_time({series}[{}]) < {min_samples})[{}:{}])",
-            secs(window),
+            "max_over_time(timestamp(count_over_time({series}[{w}]) < {min_samples} or min_over_time({series}[{w}]) < 0 or sum_over_time({series}[{w}]) != sum_over_time({series}[{w}]))[{}:{}])",
             secs(horizon),
-            secs(step)
+            secs(step),
+            w = secs(window),
         ),
         first_sample: format!(
             "min_over_time(timestamp({series})[{}:{}])",
@@ -133,7 +137,7 @@ mod tests {
         );
         assert_eq!(
             q.last_blind,
-            "max_over_time(timestamp(count_over_time(DCGM_FI_DEV_GPU_UTIL[1800s]) < 24)[7200s:60s])"
+            "max_over_time(timestamp(count_over_time(DCGM_FI_DEV_GPU_UTIL[1800s]) < 24 or min_over_time(DCGM_FI_DEV_GPU_UTIL[1800s]) < 0 or sum_over_time(DCGM_FI_DEV_GPU_UTIL[1800s]) != sum_over_time(DCGM_FI_DEV_GPU_UTIL[1800s]))[7200s:60s])"
         );
         assert_eq!(
             q.first_sample,
