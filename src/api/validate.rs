@@ -390,7 +390,10 @@ spec:
         let p = problems(&GOOD.replace("window: 30m", "window: 9223372036854775807h"));
         assert_eq!(p[0].field, "spec.idle.window", "{p:?}");
         assert!(p[0].message.contains("too long"), "{p:?}");
-        assert!(parse_resource::<GpuPolicy>(&GOOD.replace("30m}", "1h30m}"), "p").is_ok());
+        assert!(
+            parse_resource::<GpuPolicy>(&GOOD.replace("window: 30m}", "window: 1h30m}"), "p")
+                .is_ok()
+        );
     }
 
     #[test]
