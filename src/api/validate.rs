@@ -62,6 +62,13 @@ where
         }]
     };
 
+    // The YAML parser rejects these without saying where: say where.
+    if let Some(problem) = unprintable(text) {
+        return Err(fail(one(
+            "(document)",
+            format!("not valid YAML: {problem}"),
+        )));
+    }
     let raw: Value = serde_yaml::from_str(text)
         .map_err(|e| fail(one("(document)", format!("not valid YAML: {e}"))))?;
     if !raw.is_object() {
@@ -102,6 +109,10 @@ where
     if !problems.is_empty() {
         return Err(fail(problems));
     }
+    oversized_durations(&raw, "", &mut problems);
+    if !problems.is_empty() {
+        return Err(fail(problems));
+    }
     let typed: K =
         serde_yaml::from_str(text).map_err(|e| fail(vec![serde_problem(&e.to_string())]))?;
     let normalised =
@@ -123,6 +134,87 @@ where
     Ok(typed)
 }
 
+/// The first character YAML does not allow (outside its printable set), with its line
+/// and column, 1-based.
+fn unprintable(text: &str) -> Option<String> {
+    let allowed = |c: char| {
+        matches!(c, '\t' | '\n' | '\r' | '\u{85}')
+            || (' '..='~').contains(&c)
+            || ('\u{a0}'..='\u{fffd}').contains(&c)
+            || c >= '\u{10000}'
+    };
+    text.lines().enumerate().find_map(|(i, line)| {
+        let (column, c) = line.chars().enumerate().find(|(_, c)| !allowed(*c))?;
+        Some(format!(
+            "control character U+{:04X} at line {} column {}: YAML does not allow it",
+            u32::from(c),
+            i + 1,
+            column + 1
+        ))
+    })
+}
+
+/// Go durations too long for `std::time::Duration` (`9223372036854775807h`): kube-core's
+/// parser panics on them instead of failing, so they are found and named first. Only
+/// strings in full duration syntax are looked at.
+fn oversized_durations(raw: &Value, path: &str, out: &mut Vec<FieldProblem>) {
+    match raw {
+        Value::Object(fields) => {
+            for (key, value) in fields {
+                let field = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                oversized_durations(value, &field, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                oversized_durations(item, &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::String(s) if duration_seconds(s).is_some_and(|secs| secs >= 1.8e19) => {
+            out.push(FieldProblem {
+                field: path.to_string(),
+                message: format!("duration {s:?} is too long; use e.g. 30m, 2h or 720h"),
+            });
+        }
+        _ => {}
+    }
+}
+
+/// Seconds in a Go duration (`1h30m`, `-1.5h`), or None when `s` is not one.
+fn duration_seconds(s: &str) -> Option<f64> {
+    let mut rest = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total += value * unit;
+    }
+    Some(total)
+}
+
 fn describe(v: Option<&str>) -> String {
     v.map_or_else(|| "missing".to_string(), |s| format!("{s:?}"))
 }
@@ -134,11 +226,20 @@ fn serde_problem(msg: &str) -> FieldProblem {
             field: path.to_string(),
             message: rest.to_string(),
         },
+        // At the top level serde names no path: `missing field `spec``.
         _ => FieldProblem {
-            field: "(document)".into(),
+            field: top_level_field(msg).unwrap_or("(document)").to_string(),
             message: msg.to_string(),
         },
     }
+}
+
+/// `spec` in "missing field `spec`" or "duplicate field `spec`".
+fn top_level_field(msg: &str) -> Option<&str> {
+    let rest = msg
+        .strip_prefix("missing field `")
+        .or_else(|| msg.strip_prefix("duplicate field `"))?;
+    rest.split_once('`').map(|(field, _)| field)
 }
 
 /// Keys in `raw` that the CRD schema does not define are fields gpu-reaper does not know
@@ -262,6 +363,37 @@ spec:
         );
         let fields: Vec<_> = p.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(fields, ["apiVersion", "kind"]);
+    }
+
+    #[test]
+    fn a_control_character_is_reported_with_its_line_and_column() {
+        let p = problems(&GOOD.replace("mode: Enforce", "mode: Enf\u{1}orce"));
+        assert_eq!(p[0].field, "(document)");
+        assert!(
+            p[0].message.contains("U+0001 at line 6 column 12"),
+            "{}",
+            p[0].message
+        );
+    }
+
+    #[test]
+    fn a_missing_or_repeated_top_level_field_is_named() {
+        let p = problems(&GOOD.replace("metadata: {name: research}\n", ""));
+        assert_eq!(p[0].field, "metadata", "{p:?}");
+        let p = problems(&GOOD.replace("spec:\n", "metadata: {name: x}\nspec:\n"));
+        assert_eq!(p[0].field, "metadata", "{p:?}");
+    }
+
+    /// Found by tests/fuzz_inputs.rs (2026-11-29): kube-core's duration parser panicked.
+    #[test]
+    fn a_duration_too_long_for_any_clock_is_rejected_naming_the_field() {
+        let p = problems(&GOOD.replace("window: 30m", "window: 9223372036854775807h"));
+        assert_eq!(p[0].field, "spec.idle.window", "{p:?}");
+        assert!(p[0].message.contains("too long"), "{p:?}");
+        assert!(
+            parse_resource::<GpuPolicy>(&GOOD.replace("window: 30m}", "window: 1h30m}"), "p")
+                .is_ok()
+        );
     }
 
     #[test]

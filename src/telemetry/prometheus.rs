@@ -208,29 +208,7 @@ impl PrometheusSource {
                 Err(e) => return Err((format!("reading the answer failed: {}", chain(&e)), true)),
             }
         }
-        let transient = status.is_server_error() || status.as_u16() == 429;
-        let envelope: Envelope = serde_json::from_slice(&body).map_err(|e| {
-            let preview = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
-            (
-                format!(
-                    "HTTP {status}: not a Prometheus API answer ({e}); it starts with {preview:?}"
-                ),
-                transient,
-            )
-        })?;
-        if envelope.status != "success" {
-            return Err((
-                format!(
-                    "HTTP {status}: {} error: {}",
-                    envelope.error_type.unwrap_or_else(|| "unknown".into()),
-                    envelope.error.unwrap_or_default()
-                ),
-                transient,
-            ));
-        }
-        envelope
-            .data
-            .ok_or_else(|| (format!("HTTP {status}: success without data"), false))
+        parse_answer(status.as_u16(), &body)
     }
 
     /// Pulls every family gpu-reaper reads between `from` and `to` (unix seconds) into a
@@ -246,8 +224,6 @@ impl PrometheusSource {
             skip_unknown_metrics: true,
             ..options.clone()
         });
-        let mut series_text = String::new();
-        let mut labels_text = String::new();
         for family in KNOWN_METRICS {
             // A range selector covers (end - range, end]: start one second early so a
             // sample exactly at `from` is included.
@@ -257,32 +233,11 @@ impl PrometheusSource {
                 end = (start + chunk).min(to);
                 let query = format!("{family}[{}s]", end - start);
                 let data = self.instant(&query, end).await?;
-                let Data::Matrix(series) = data else {
-                    return Err(PrometheusError {
-                        url: self.config.url.clone(),
-                        query,
-                        message: "expected a range vector (matrix) answer".into(),
-                    });
-                };
-                for s in series {
-                    let (metric, samples) = s.into_inner();
-                    format_series(family, &metric, &mut series_text, &mut labels_text);
-                    for sample in samples {
-                        let raw = RawSample {
-                            metric: family,
-                            series: &series_text,
-                            labels: &labels_text,
-                            value: sample.value(),
-                            timestamp: sample.timestamp(),
-                            line: 0,
-                        };
-                        builder.add(&raw).map_err(|message| PrometheusError {
-                            url: self.config.url.clone(),
-                            query: query.clone(),
-                            message,
-                        })?;
-                    }
-                }
+                add_matrix(&mut builder, family, data).map_err(|message| PrometheusError {
+                    url: self.config.url.clone(),
+                    query,
+                    message,
+                })?;
             }
         }
         builder.finish(&self.config.url).map_err(|e| PrometheusError {
@@ -296,6 +251,91 @@ impl PrometheusSource {
             ),
         })
     }
+}
+
+/// Reads one `/api/v1/query` answer: the JSON envelope, then its data. The error's flag
+/// says whether retrying may help (5xx, 429). Pure, so it can be fuzzed
+/// (fuzz/fuzz_targets/prometheus_answer.rs).
+pub fn parse_answer(status: u16, body: &[u8]) -> Result<Data, (String, bool)> {
+    let transient = (500..600).contains(&status) || status == 429;
+    let status = reqwest::StatusCode::from_u16(status)
+        .map_or_else(|_| status.to_string(), |s| s.to_string());
+    let envelope: Envelope = serde_json::from_slice(body).map_err(|e| {
+        let preview = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+        (
+            format!("HTTP {status}: not a Prometheus API answer ({e}); it starts with {preview:?}"),
+            transient,
+        )
+    })?;
+    if envelope.status != "success" {
+        return Err((
+            format!(
+                "HTTP {status}: {} error: {}",
+                envelope.error_type.unwrap_or_else(|| "unknown".into()),
+                envelope.error.unwrap_or_default()
+            ),
+            transient,
+        ));
+    }
+    envelope
+        .data
+        .ok_or_else(|| (format!("HTTP {status}: success without data"), false))
+}
+
+/// An instant vector keyed by (namespace, pod, GPU id), with each GPU's identity.
+pub type GpuVector =
+    std::collections::BTreeMap<(String, String, String), (super::trace::GpuIdentity, f64)>;
+
+/// Keys an instant-vector answer by GPU; a series without a GPU identity is an error.
+pub fn vector_by_gpu(
+    data: Data,
+    names: &super::trace::WorkloadLabels,
+) -> Result<GpuVector, String> {
+    let Data::Vector(items) = data else {
+        return Err("expected an instant vector answer".into());
+    };
+    let mut out = GpuVector::new();
+    for item in items {
+        let (metric, sample) = item.into_inner();
+        let identity = super::trace::gpu_identity(
+            |k| metric.get(k).map(String::as_str).filter(|v| !v.is_empty()),
+            names,
+        )
+        .map_err(|e| format!("a series without GPU identity: {e}"))?;
+        out.insert(
+            (
+                identity.namespace.clone(),
+                identity.pod.clone(),
+                identity.id.clone(),
+            ),
+            (identity, sample.value()),
+        );
+    }
+    Ok(out)
+}
+
+/// Feeds a range-vector answer for `family` into `builder`, as if read from a file.
+pub fn add_matrix(builder: &mut TraceBuilder, family: &str, data: Data) -> Result<(), String> {
+    let Data::Matrix(series) = data else {
+        return Err("expected a range vector (matrix) answer".into());
+    };
+    let mut series_text = String::new();
+    let mut labels_text = String::new();
+    for s in series {
+        let (metric, samples) = s.into_inner();
+        format_series(family, &metric, &mut series_text, &mut labels_text);
+        for sample in samples {
+            builder.add(&RawSample {
+                metric: family,
+                series: &series_text,
+                labels: &labels_text,
+                value: sample.value(),
+                timestamp: sample.timestamp(),
+                line: 0,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// `name{a="x",b="y"}` with labels sorted, as the series' identity, and the label text.
@@ -499,36 +539,13 @@ impl PrometheusSource {
         query: &str,
         at: i64,
         names: &super::trace::WorkloadLabels,
-    ) -> Result<
-        std::collections::BTreeMap<(String, String, String), (super::trace::GpuIdentity, f64)>,
-        PrometheusError,
-    > {
+    ) -> Result<GpuVector, PrometheusError> {
         let fail = |message: String| PrometheusError {
             url: self.config.url.clone(),
             query: query.to_string(),
             message,
         };
-        let Data::Vector(items) = self.instant(query, at).await? else {
-            return Err(fail("expected an instant vector answer".into()));
-        };
-        let mut out = std::collections::BTreeMap::new();
-        for item in items {
-            let (metric, sample) = item.into_inner();
-            let identity = super::trace::gpu_identity(
-                |k| metric.get(k).map(String::as_str).filter(|v| !v.is_empty()),
-                names,
-            )
-            .map_err(|e| fail(format!("a series without GPU identity: {e}")))?;
-            out.insert(
-                (
-                    identity.namespace.clone(),
-                    identity.pod.clone(),
-                    identity.id.clone(),
-                ),
-                (identity, sample.value()),
-            );
-        }
-        Ok(out)
+        vector_by_gpu(self.instant(query, at).await?, names).map_err(fail)
     }
 }
 

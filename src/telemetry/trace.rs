@@ -27,6 +27,15 @@ pub const KNOWN_METRICS: &[&str] = &[
     "kube_namespace_labels",
 ];
 
+/// Most steps a trace may span: every column of every GPU holds one `f32` per step
+/// between its first and last sample, so two samples centuries apart would ask for
+/// gigabytes. 2^20 steps is two years at `--step 1m` (4 MiB per column).
+pub const MAX_TRACE_BUCKETS: i64 = 1 << 20;
+
+/// Timestamps accepted, unix seconds: 1970 up to where millisecond timestamps begin
+/// (year 5138), so `bucket × step` never overflows downstream.
+const TIMESTAMPS: std::ops::Range<f64> = 0.0..1e11;
+
 /// Values of one metric of one GPU, one per step bucket; NaN where there was no sample.
 #[derive(Debug, Clone, Default)]
 pub struct Column {
@@ -255,7 +264,31 @@ impl TraceBuilder {
             ));
         }
         state.last_timestamp = s.timestamp;
+        if matches!(state.target, Target::Skip) {
+            return Ok(());
+        }
+        if !TIMESTAMPS.contains(&s.timestamp) {
+            return Err(format!(
+                "timestamp {} is not a time between 1970 and 5138 (unix seconds; milliseconds when above 1e11)",
+                s.timestamp
+            ));
+        }
         let bucket = (s.timestamp as i64).div_euclid(trace.step_seconds);
+        let (first, last) = (
+            trace.first_bucket.min(bucket),
+            trace.last_bucket.max(bucket),
+        );
+        if last - first >= MAX_TRACE_BUCKETS {
+            return Err(format!(
+                "the trace would span {} steps of {}s (from {} to {}); at most {MAX_TRACE_BUCKETS} steps: raise --step or cut the trace",
+                last - first + 1,
+                trace.step_seconds,
+                jiff::Timestamp::from_second(first * trace.step_seconds)
+                    .map_or_else(|_| first.to_string(), |t| t.to_string()),
+                jiff::Timestamp::from_second(last * trace.step_seconds)
+                    .map_or_else(|_| last.to_string(), |t| t.to_string()),
+            ));
+        }
         let v = s.value as f32;
         match state.target {
             Target::Skip => return Ok(()),

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets from real data (run from the repository
+root; ../shared/fixtures must exist): fuzz/corpus/{prometheus_answer,trace,policy}/.
+
+Every seed is a real file, an exact slice of one, or a derivation named in its file
+name (`+ts`: the DCGM scrape with a timestamp appended to each sample line; `matrix`:
+an instant-vector answer rewritten as a range vector; `om`: MIGProfiler CSV rows written
+as OpenMetrics). Small files only: the corpora stay well under 1 MB.
+
+    python3 fuzz/make_seeds.py [FIXTURES_DIR]
+"""
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+
+FIXTURES = sys.argv[1] if len(sys.argv) > 1 else "../shared/fixtures"
+OUT = "fuzz/corpus"
+
+
+def write(target, name, data):
+    os.makedirs(f"{OUT}/{target}", exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(f"{OUT}/{target}/{name}", "wb") as f:
+        f.write(data)
+
+
+def first_lines(text, max_bytes):
+    """The longest prefix of whole lines within max_bytes."""
+    cut = text[:max_bytes]
+    return cut[: cut.rfind("\n") + 1] if "\n" in cut else cut
+
+
+# --- Prometheus /api/v1/query answers -------------------------------------------------
+for path in sorted(glob.glob(f"{FIXTURES}/dcgm/*prometheus-api-v1-query*.json")):
+    base = os.path.basename(path)
+    raw = open(path, "rb").read()
+    write("prometheus_answer", base, raw)
+    answer = json.loads(raw)
+    # The same series as a range vector (what fetch_trace reads), three samples each.
+    matrix = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": r["metric"],
+                    "values": [[r["value"][0] - 60 * k, r["value"][1]] for k in (2, 1, 0)],
+                }
+                for r in answer["data"]["result"][:4]
+            ],
+        },
+    }
+    write("prometheus_answer", base.replace(".json", ".matrix.json"), json.dumps(matrix))
+write(
+    "prometheus_answer",
+    "error-answer.json",
+    '{"status":"error","errorType":"bad_data","error":"invalid parameter \\"query\\""}',
+)
+
+# --- OpenMetrics traces -----------------------------------------------------------------
+for path in sorted(glob.glob(f"{FIXTURES}/dcgm/*.prom")):
+    base = os.path.basename(path)
+    text = open(path).read()
+    write("trace", base, first_lines(text, 4096))
+    stamped = "".join(
+        line if line.startswith("#") or not line.strip() else line.rstrip("\n") + " 1793577600\n"
+        for line in text.splitlines(keepends=True)
+    )
+    write("trace", base.replace(".prom", "+ts.prom"), first_lines(stamped, 4096))
+
+sample = gzip.open("config/samples/trace.om.gz", "rt").read()
+write("trace", "sample-trace-first-1k.om", first_lines(sample, 1024))
+# Two lines of every family of the bundled trace, so each kube-state-metrics branch has a seed.
+families = {}
+for line in sample.splitlines(keepends=True):
+    if line.startswith("#"):
+        continue
+    name = re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", line).group(0)
+    families.setdefault(name, [])
+    if len(families[name]) < 2:
+        families[name].append(line)
+for name, lines in sorted(families.items()):
+    write("trace", f"sample-trace-{name}.om", "".join(lines))
+
+for path in sorted(glob.glob(f"{FIXTURES}/traces/*.csv")):
+    base = os.path.basename(path)
+    text = open(path).read()
+    write("trace", base.replace(".csv", ".head.csv"), first_lines(text, 512))
+    rows = [r.split(",") for r in text.splitlines()[1:9]]
+    om = "".join(
+        f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="{r[0]}",UUID="GPU-migprofiler-{r[0]}",'
+        f'modelName="NVIDIA A100-SXM4-40GB",namespace="bench",pod="{base[:40].lower().replace("_", "-")}"}} {r[1]} {r[3]}\n'
+        for r in rows
+        if len(r) >= 4
+    )
+    write("trace", base.replace(".csv", ".om"), om)
+
+# --- GpuPolicy documents ----------------------------------------------------------------
+write("policy", "config-samples-policy.yaml", open("config/samples/policy.yaml").read())
+for path in sorted(glob.glob("docs/*.md")):
+    text = open(path).read()
+    for i, block in enumerate(text.split("```yaml\n")[1:]):
+        raw = block.split("```")[0]
+        indent = len(raw) - len(raw.lstrip(" "))
+        body = "\n".join(line[min(indent, len(line) - len(line.lstrip(" "))):] for line in raw.splitlines())
+        if "kind: GpuPolicy\n" in body:
+            write("policy", f"{os.path.basename(path)[:-3]}-{i + 1}.yaml", body + "\n")
+# The chart's sample policy (templates/sample-policy.yaml) rendered by hand with the
+# values.yaml defaults and release namespace gpu-reaper.
+write(
+    "policy",
+    "helm-sample-policy.yaml",
+    """apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata:
+  name: default-audit
+  labels:
+    app.kubernetes.io/name: gpu-reaper
+spec:
+  mode: Audit
+  priority: -100
+  match:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values: ["kube-system","kube-node-lease","gpu-reaper"]
+  idle:
+    startupGrace: 20m
+    window: 30m
+  warn:
+    after: 30m
+  action:
+    after: 2h
+    maxPerHour: 20
+    type: ScaleToZero
+  cost:
+    defaultHourlyUsd: 2.5
+""",
+)
+# The same policy as JSON (parse_resource reads JSON too).
+write(
+    "policy",
+    "json-policy.json",
+    json.dumps(
+        {
+            "apiVersion": "gpureaper.io/v1alpha1",
+            "kind": "GpuPolicy",
+            "metadata": {"name": "j"},
+            "spec": {"mode": "Enforce", "idle": {"window": "30m"}, "warn": {"after": "30m"},
+                     "action": {"type": "Suspend", "after": "1h"}},
+        }
+    ),
+)
