@@ -453,6 +453,102 @@ mod tests {
     }
 
     #[test]
+    fn the_controller_learns_idle_spans_across_cycles_and_the_risk_gate_holds_a_workload_that_always_came_back()
+     {
+        let mut p = policy();
+        p.spec.idle.max_resume_risk = Some(0.1);
+        p.spec.idle.min_idle_spans = 3;
+        let all = [&p];
+        let (workloads, _) = idle_fleet(1, 0);
+        let key = workloads[0].root.key();
+        let mut history = Histories::new(Rules::from_spec(&p.spec).risk);
+        let minute = SignedDuration::from_mins(1);
+        // Four days: each day the pod is busy, idle 3 hours, busy again, then idle until
+        // the next day. Of its past idle spans longer than 2h, half ended within 2h more.
+        let day0 = now() - SignedDuration::from_hours(24 * 4);
+        for d in 0..4 {
+            let start = day0 + SignedDuration::from_hours(24 * d);
+            for (at, busy) in [
+                (start, start),
+                (
+                    start + SignedDuration::from_hours(3),
+                    start + SignedDuration::from_hours(3),
+                ),
+            ] {
+                let mut observations = Observations::new();
+                observations.insert(
+                    ("ml".into(), "nb-000".into(), "GPU-0".into()),
+                    GpuObservation {
+                        id: "GPU-0".into(),
+                        share: 1.0,
+                        coverage: 1.0,
+                        first_sample_at: Some(day0 - SignedDuration::from_hours(24)),
+                        last_busy_at: Some(busy - minute),
+                        ..GpuObservation::default()
+                    },
+                );
+                plan(
+                    &p,
+                    &all,
+                    &workloads,
+                    &HashMap::new(),
+                    &by_pod(&observations),
+                    &AuditMemory::default(),
+                    &mut history,
+                    minute,
+                    at,
+                );
+                // An idle cycle in between, so the span is seen.
+                let mut idle = observations.clone();
+                idle.values_mut()
+                    .for_each(|o| o.last_busy_at = Some(busy - minute));
+                plan(
+                    &p,
+                    &all,
+                    &workloads,
+                    &HashMap::new(),
+                    &by_pod(&idle),
+                    &AuditMemory::default(),
+                    &mut history,
+                    minute,
+                    at + SignedDuration::from_hours(1),
+                );
+            }
+        }
+        assert!(
+            history.get(&key).is_some_and(|h| h.len() >= 3),
+            "{history:?}"
+        );
+        // Now idle 2 hours: every past span that outlasted 2h ended within the next 2h.
+        let (workloads, observations) = idle_fleet(1, 0);
+        let planned = plan(
+            &p,
+            &all,
+            &workloads,
+            &HashMap::new(),
+            &by_pod(&observations),
+            &AuditMemory::default(),
+            &mut history,
+            minute,
+            now(),
+        );
+        let d = &planned.planned[0].decision;
+        assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+        assert!(
+            d.reason.contains("above idle.maxResumeRisk (10 %)"),
+            "{}",
+            d.reason
+        );
+        // A fresh controller has no history: the fixed durations decide (it acts).
+        let fresh = plan_fleet(&p, &all, 1, 0);
+        assert!(
+            matches!(fresh.planned[0].decision.step, Step::Act(_)),
+            "{:?}",
+            fresh.planned[0].decision
+        );
+    }
+
+    #[test]
     fn actions_taken_in_the_last_hour_count_against_the_budget() {
         let p = policy();
         // 20 were reclaimed ten minutes ago (their pods are still listed while they stop).
