@@ -39,18 +39,23 @@ pub struct Caches {
     pub policy_changed: Arc<Notify>,
 }
 
-fn drive<S, T, E>(name: &'static str, stream: S, on_event: Option<Arc<Notify>>)
+/// What wakes the loop early: a notifier and which events ring it.
+type Wake<T> = (Arc<Notify>, Box<dyn FnMut(&T) -> bool + Send>);
+
+fn drive<S, T, E>(name: &'static str, stream: S, mut on_event: Option<Wake<T>>)
 where
     S: Stream<Item = Result<T, E>> + Send + 'static,
-    T: Send,
+    T: Send + 'static,
     E: std::fmt::Display + Send,
 {
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(_) => {
-                    if let Some(n) = &on_event {
+                Ok(event) => {
+                    if let Some((n, wanted)) = &mut on_event
+                        && wanted(&event)
+                    {
                         n.notify_one();
                     }
                 }
@@ -62,8 +67,22 @@ where
     });
 }
 
-/// Drops what the inventory never reads, so 50,000 pods stay small in memory.
+/// Drops what the inventory never reads, so 50,000 pods stay small in memory. A pod
+/// that claims no GPU keeps only its name and namespace: whether a pod claims GPUs
+/// cannot change (extended resources and resource claims are immutable in a pod spec),
+/// and most pods of a cluster claim none.
 fn prune(pod: &mut Pod) {
+    if !claims_gpus(pod) {
+        *pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                name: pod.metadata.name.take(),
+                namespace: pod.metadata.namespace.take(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        return;
+    }
     pod.metadata.managed_fields = None;
     if let Some(spec) = pod.spec.as_mut() {
         spec.volumes = None;
@@ -84,6 +103,39 @@ fn prune(pod: &mut Pod) {
             c.readiness_probe = None;
             c.startup_probe = None;
         }
+    }
+}
+
+/// Whether a GpuPolicy watch event should start a cycle at once: a policy added or
+/// deleted, or its spec changed (a new `generation`). Status changes must not: the
+/// controller applies every policy's status each cycle (`lastEvaluationTime` at least),
+/// so waking on them made each cycle start the next one 200 ms later, evaluating (and
+/// querying Prometheus) continuously instead of every `--interval`. `generations` holds
+/// the generation last seen per policy; a re-list after a watch error wakes nothing when
+/// no spec changed.
+fn policy_spec_changed(
+    generations: &mut HashMap<String, Option<i64>>,
+    event: &watcher::Event<GpuPolicy>,
+) -> bool {
+    use kube::ResourceExt as _;
+    match event {
+        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+            generations.insert(p.name_any(), p.metadata.generation) != Some(p.metadata.generation)
+        }
+        watcher::Event::Delete(p) => {
+            generations.remove(&p.name_any());
+            true
+        }
+        watcher::Event::Init | watcher::Event::InitDone => false,
+    }
+}
+
+/// An owner's metadata without what the inventory never reads: managed fields and
+/// kubectl's copy of the last applied manifest (often the largest part of an object).
+fn prune_owner(owner: &mut PartialObjectMeta<DynamicObject>) {
+    owner.metadata.managed_fields = None;
+    if let Some(a) = owner.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
 }
 
@@ -165,7 +217,8 @@ impl Caches {
             let writer = reflector::store::Writer::new(resource.clone());
             let reader = writer.as_reader();
             let stream =
-                reflector::reflector(writer, watcher(api, config.clone())).default_backoff();
+                reflector::reflector(writer, watcher(api, config.clone()).modify(prune_owner))
+                    .default_backoff();
             drive("owners", stream, None);
             owners.push((resource, reader));
         }
@@ -177,7 +230,15 @@ impl Caches {
             watcher(Api::<GpuPolicy>::all(client.clone()), config.clone()),
         )
         .default_backoff();
-        drive("gpupolicies", stream, Some(policy_changed.clone()));
+        let mut generations = HashMap::new();
+        drive(
+            "gpupolicies",
+            stream,
+            Some((
+                policy_changed.clone(),
+                Box::new(move |event| policy_spec_changed(&mut generations, event)),
+            )),
+        );
 
         let template_api = Api::<ResourceClaimTemplate>::all(client.clone());
         let templates = if template_api
@@ -361,4 +422,80 @@ fn claims_gpus(pod: &Pod) -> bool {
         .chain(spec.init_containers.iter().flatten())
         .any(extended)
         || spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(name: &str, generation: i64, evaluated: &str) -> GpuPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": name, "generation": generation},
+            "spec": {},
+            "status": {"lastEvaluationTime": evaluated},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_without_gpus_are_kept_as_names_only() {
+        let pod = |limits: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "a"}},
+                "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+                "status": {"phase": "Running"},
+            }))
+            .unwrap()
+        };
+        let mut cpu = pod(serde_json::json!({"cpu": "4"}));
+        prune(&mut cpu);
+        assert_eq!(cpu.metadata.name.as_deref(), Some("p"));
+        assert_eq!(cpu.metadata.namespace.as_deref(), Some("ml"));
+        assert!(cpu.spec.is_none() && cpu.status.is_none() && cpu.metadata.labels.is_none());
+        let mut gpu = pod(serde_json::json!({"nvidia.com/gpu": "1"}));
+        prune(&mut gpu);
+        assert!(
+            claims_gpus(&gpu),
+            "a GPU pod keeps what the inventory reads"
+        );
+        assert_eq!(gpu.status.unwrap().phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn only_spec_changes_of_policies_start_a_cycle_early() {
+        use watcher::Event;
+        let mut seen = HashMap::new();
+        let t1 = "2026-11-30T00:00:00Z";
+        let t2 = "2026-11-30T00:01:00Z";
+        assert!(!policy_spec_changed(&mut seen, &Event::Init));
+        assert!(policy_spec_changed(
+            &mut seen,
+            &Event::InitApply(policy("a", 1, t1))
+        ));
+        assert!(!policy_spec_changed(&mut seen, &Event::InitDone));
+        // The controller's own status apply: same generation, no early cycle.
+        assert!(!policy_spec_changed(
+            &mut seen,
+            &Event::Apply(policy("a", 1, t2))
+        ));
+        // A re-list after a watch error with nothing changed.
+        assert!(!policy_spec_changed(
+            &mut seen,
+            &Event::InitApply(policy("a", 1, t2))
+        ));
+        // An edit of the spec, a new policy, a deleted one.
+        assert!(policy_spec_changed(
+            &mut seen,
+            &Event::Apply(policy("a", 2, t2))
+        ));
+        assert!(policy_spec_changed(
+            &mut seen,
+            &Event::Apply(policy("b", 1, t2))
+        ));
+        assert!(policy_spec_changed(
+            &mut seen,
+            &Event::Delete(policy("b", 1, t2))
+        ));
+    }
 }

@@ -200,7 +200,8 @@ impl KubeSim {
         config_from_kubeconfig_yaml(&yaml).await
     }
 
-    /// Stores an object directly (no admission), keeping its `status`, creating its
+    /// Stores an object directly (no admission), keeping its `status` and a given
+    /// `metadata.creationTimestamp`, creating its
     /// namespace when missing. Types come from `apiVersion` + `kind`, so seed a CRD
     /// before its custom objects. Returns the stored object.
     pub fn seed(&self, object: impl Serialize) -> Result<Value, ApiError> {
@@ -238,9 +239,15 @@ impl KubeSim {
             now: &now,
         };
         let status = object.get("status").cloned();
+        let created = object.pointer("/metadata/creationTimestamp").cloned();
         let mut prepared = objects::prepare_create(&ctx, object, Some(&namespace), true)?;
         if let Some(status) = status {
             prepared["status"] = status;
+        }
+        // A seeded object may have existed for hours (what a scale run or an age check
+        // needs); the API itself always stamps the time of creation.
+        if let Some(created) = created.filter(Value::is_string) {
+            prepared["metadata"]["creationTimestamp"] = created;
         }
         if t.namespaced && state.get("", "namespaces", "", &namespace).is_none() {
             let ns_type = state
