@@ -616,7 +616,10 @@ impl PromStub {
         }
         if query.starts_with("max_over_time(timestamp(count_over_time(") {
             // Blind: the first windows after the exporter's series began (horizon ago).
-            return Some(Answer::LastBlind(d.get(1)? - d.first()?));
+            // The durations are the window (once per condition), then horizon and step.
+            return Some(Answer::LastBlind(
+                d.get(d.len().checked_sub(2)?)? - d.first()?,
+            ));
         }
         if query.starts_with("max_over_time(timestamp(") && query.contains(">=") {
             return Some(Answer::LastBusy);

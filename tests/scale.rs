@@ -1,0 +1,76 @@
+//! The controller at a small scale, with the harness of `examples/controller_scale.rs`:
+//! 500 pods (100 holding a GPU, in Deployments, Jobs, StatefulSets and bare pods, the
+//! rest CPU-only) in kube-sim, the Prometheus stub, and the real binary running its loop.
+//! What it checks are counts, never times: queries per cycle do not depend on the cycle,
+//! the first cycle writes on exactly the workloads it warns, and the later cycles, with
+//! nothing changed, write on no workload and send no Event.
+
+#[path = "../benches/support/controller_scale.rs"]
+mod controller_scale;
+
+use std::path::Path;
+use std::time::Duration;
+
+use controller_scale::Scenario;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_workloads_get_no_writes_after_the_first_cycle() {
+    let mut scenario = Scenario::new(500, 100);
+    // Long enough that a cycle never starts before the harness has read the last one.
+    scenario.interval = Duration::from_secs(5);
+    scenario.cycles = 3;
+    let m = controller_scale::run(
+        Path::new(env!("CARGO_BIN_EXE_gpu-reaper")),
+        &scenario,
+        &|line| eprintln!("{line}"),
+    )
+    .await
+    .expect("the harness runs");
+    assert!(
+        m.warnings.is_empty(),
+        "the controller warned: {:#?}",
+        m.warnings
+    );
+    assert!(m.unknown_queries.is_empty(), "{:#?}", m.unknown_queries);
+    assert!(m.idle_workloads > 0 && m.idle_workloads < m.gpu_workloads);
+
+    // One batch of queries per policy and cycle: 2 activity families × 4 + 3 gauges.
+    // The first cycle's count also holds what ran before the first evaluation was
+    // counted (one more query here); from then on every cycle makes exactly the batch.
+    assert!(
+        (11..=12).contains(&m.cycles[0].prometheus_queries),
+        "cycle 1: {}",
+        m.cycles[0].prometheus_queries
+    );
+    for (i, c) in m.cycles.iter().enumerate() {
+        if i > 0 {
+            assert_eq!(c.prometheus_queries, 11, "cycle {}", i + 1);
+        }
+        assert_eq!(
+            c.calls.status_writes,
+            1,
+            "one status apply per policy, cycle {}",
+            i + 1
+        );
+    }
+
+    // Cycle 1 warns every idle workload: one write and one Event each, and nothing else.
+    let first = &m.cycles[0].calls;
+    assert_eq!(
+        first.workload_writes, m.idle_workloads,
+        "{:#?}",
+        first.workload_write_list
+    );
+    assert_eq!(first.event_writes, m.idle_workloads);
+
+    // Nothing changed since: no workload is written, no Event is sent.
+    for (i, c) in m.cycles.iter().enumerate().skip(1) {
+        assert!(
+            c.calls.workload_write_list.is_empty(),
+            "cycle {} wrote on unchanged workloads: {:#?}",
+            i + 1,
+            c.calls.workload_write_list
+        );
+        assert_eq!(c.calls.event_writes, 0, "cycle {}", i + 1);
+    }
+}
