@@ -207,6 +207,13 @@ pub fn fields(
         ("idle_for", content::human_duration(idle_seconds)),
         ("shape", d.verdict.classification.as_str().to_string()),
         ("hourly_usd", format!("{:.2}", d.hourly_usd)),
+        (
+            "risk",
+            d.estimate
+                .as_ref()
+                .map(|e| format!("{}. ", e.sentence()))
+                .unwrap_or_default(),
+        ),
         ("wasted_usd", format!("{:.2}", d.hourly_usd * idle_hours)),
         ("action_verb", content::action_verb(&action).to_string()),
         ("action", action),

@@ -682,6 +682,10 @@ impl Controller {
                     root.namespace,
                     keys::SNOOZE_UNTIL
                 );
+                let note = match &d.estimate {
+                    Some(e) => format!("{note} Resumption risk: {}.", e.sentence()),
+                    None => note,
+                };
                 let channels = deliver::personal_channels(policy);
                 if audit {
                     self.audit.warned_at.insert(key.clone(), now);

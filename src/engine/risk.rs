@@ -17,8 +17,10 @@
 //! i.e. among past idle spans that lasted longer than this one has so far, the share that
 //! ended within the horizon `h`. Censored spans count only when they are known to have
 //! outlasted `t + h`. The workload's own spans are used when at least `minIdleSpans` of
-//! them qualify; else the spans of every workload of the same policy and idle shape
-//! (a young workload borrows its peers' rhythm); else there is no estimate and the
+//! them qualify; else the spans of the workloads of the same policy, idle shape and
+//! rhythm (the class of their median idle span: a chatty server does not borrow a sparse
+//! one's pauses); else those of the same shape (a young workload, with no rhythm yet,
+//! borrows its peers'); else there is no estimate and the
 //! policy's fixed durations decide.
 
 use std::collections::{HashMap, VecDeque};
@@ -34,9 +36,55 @@ use super::model::IdleShape;
 pub enum Basis {
     /// The workload's own idle spans.
     Own,
+    /// Idle spans of the workloads of the same shape and rhythm under the policy.
+    Rhythm(IdleShape, Rhythm),
     /// Idle spans of all workloads of the same shape under the policy.
     Peers(IdleShape),
 }
+
+/// A workload's rhythm: the length class of its typical (median) finished idle span.
+/// Workloads of one rhythm pool their spans, so a chatty server does not borrow the long
+/// pauses of a sparse one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rhythm {
+    /// Typical idle span up to 4 minutes.
+    Chatty,
+    /// 4 to 16 minutes.
+    Steady,
+    /// 16 to 64 minutes.
+    Sparse,
+    /// Longer than 64 minutes.
+    Rare,
+}
+
+impl Rhythm {
+    const ALL: [Rhythm; 4] = [Rhythm::Chatty, Rhythm::Steady, Rhythm::Sparse, Rhythm::Rare];
+
+    fn of(seconds: i64) -> Self {
+        match seconds {
+            ..=240 => Rhythm::Chatty,
+            241..=960 => Rhythm::Steady,
+            961..=3840 => Rhythm::Sparse,
+            _ => Rhythm::Rare,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Rhythm::Chatty => "a typical idle span under 4m",
+            Rhythm::Steady => "a typical idle span of 4–16m",
+            Rhythm::Sparse => "a typical idle span of 16m–1h4m",
+            Rhythm::Rare => "a typical idle span over 1h4m",
+        }
+    }
+}
+
+/// Finished spans a workload needs before its rhythm is known.
+const RHYTHM_SPANS: u32 = 20;
 
 /// One resumption-risk estimate, with its evidence.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,13 +113,18 @@ impl Estimate {
     /// "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of
     /// 40 cases (5 %)".
     pub fn sentence(&self) -> String {
-        let whose = match self.basis {
-            Basis::Own => "this workload's".to_string(),
-            Basis::Peers(shape) => format!("{} workloads'", shape.as_str()),
+        let spans = match self.basis {
+            Basis::Own => "this workload's idle spans".to_string(),
+            Basis::Rhythm(shape, rhythm) => format!(
+                "idle spans of {} workloads with {}",
+                shape.as_str(),
+                rhythm.words()
+            ),
+            Basis::Peers(shape) => format!("{} workloads' idle spans", shape.as_str()),
         };
         let t = human(self.idle_for);
         format!(
-            "idle {t}; {whose} idle spans longer than {t} ended within {} in {} of {} cases ({:.0} %)",
+            "idle {t}; {spans} longer than {t} ended within {} in {} of {} cases ({:.0} %)",
             human(self.horizon),
             self.resumed,
             self.longer,
@@ -98,6 +151,7 @@ struct Span {
     length: i64,
     resumed: bool,
     shape: Option<IdleShape>,
+    rhythm: Option<Rhythm>,
 }
 
 /// Idle spans of one workload over the lookback, plus the span in progress.
@@ -111,6 +165,8 @@ pub struct IdleHistory {
     /// The idle shape the workload was last classified in: its spans are pooled with
     /// peers of that shape.
     shape: Option<IdleShape>,
+    /// Its resumed spans kept, by rhythm class (for the median).
+    by_rhythm: [u32; 4],
 }
 
 impl IdleHistory {
@@ -121,6 +177,22 @@ impl IdleHistory {
 
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
+    }
+
+    /// The class of the median resumed span, once there are enough of them.
+    pub fn rhythm(&self) -> Option<Rhythm> {
+        let n: u32 = self.by_rhythm.iter().sum();
+        if n < RHYTHM_SPANS {
+            return None;
+        }
+        let mut seen = 0;
+        for r in Rhythm::ALL {
+            seen += self.by_rhythm[r.index()];
+            if 2 * seen >= n {
+                return Some(r);
+            }
+        }
+        None
     }
 
     /// Counts (resumed within the horizon, outlasted `t`) over this workload's spans.
@@ -192,7 +264,8 @@ pub struct Histories<K> {
     /// Bucket count: one per minute of the lookback, plus one for longer spans.
     buckets: usize,
     by_workload: HashMap<K, IdleHistory>,
-    pool: HashMap<IdleShape, Pool>,
+    /// Spans by shape, and by shape and rhythm.
+    pool: HashMap<(IdleShape, Option<Rhythm>), Pool>,
 }
 
 impl<K: Eq + Hash + Clone> Histories<K> {
@@ -232,22 +305,29 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let Some(shape) = span.shape else { return };
         let b = self.bucket(span.length);
         let n = self.buckets;
-        let pool = self.pool.entry(shape).or_insert_with(|| Pool {
-            resumed: Buckets::new(n),
-            censored: Buckets::new(n),
-        });
-        if span.resumed {
-            pool.resumed.add(b, delta);
-        } else {
-            pool.censored.add(b, delta);
+        let keys = [Some((shape, None)), span.rhythm.map(|r| (shape, Some(r)))];
+        for key in keys.into_iter().flatten() {
+            let pool = self.pool.entry(key).or_insert_with(|| Pool {
+                resumed: Buckets::new(n),
+                censored: Buckets::new(n),
+            });
+            if span.resumed {
+                pool.resumed.add(b, delta);
+            } else {
+                pool.censored.add(b, delta);
+            }
         }
     }
 
-    fn push(&mut self, key: &K, span: Span) {
-        self.pool_add(&span, 1);
+    fn push(&mut self, key: &K, mut span: Span) {
         if let Some(h) = self.by_workload.get_mut(key) {
+            span.rhythm = h.rhythm();
+            if span.resumed {
+                h.by_rhythm[Rhythm::of(span.length).index()] += 1;
+            }
             h.spans.push_back(span);
         }
+        self.pool_add(&span, 1);
     }
 
     /// The workload was classified idle in `shape`: its spans pool with that shape's.
@@ -275,6 +355,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                         length: length.as_secs(),
                         resumed: true,
                         shape,
+                        rhythm: None,
                     },
                 );
             }
@@ -306,6 +387,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                 length: to.duration_since(from).as_secs(),
                 resumed: false,
                 shape,
+                rhythm: None,
             },
         );
     }
@@ -320,8 +402,13 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let lookback_start = now - self.params.lookback;
         let mut dropped = Vec::new();
         self.by_workload.retain(|k, h| {
-            while h.spans.front().is_some_and(|s| s.ended_at < horizon) {
-                dropped.extend(h.spans.pop_front());
+            while let Some(s) = h.spans.front().filter(|s| s.ended_at < horizon).copied() {
+                h.spans.pop_front();
+                if s.resumed {
+                    let slot = &mut h.by_rhythm[Rhythm::of(s.length).index()];
+                    *slot = slot.saturating_sub(1);
+                }
+                dropped.push(s);
             }
             if present(k) {
                 return true;
@@ -342,8 +429,9 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         }
     }
 
-    /// The resumption risk of `key`, idle in `shape` for `idle_for`. None when neither
-    /// its own spans nor its peers' have `min_spans` qualifying cases.
+    /// The resumption risk of `key`, idle in `shape` for `idle_for`: from its own spans,
+    /// else those of its shape and rhythm, else those of its shape. None when none of
+    /// them has `min_spans` qualifying cases.
     pub fn estimate(
         &self,
         key: &K,
@@ -365,22 +453,33 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                 return Some(make(counts, Basis::Own));
             }
         }
-        let pool = self.pool.get(&shape)?;
-        // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
-        let tb = self.bucket(t);
-        let thb = self.bucket(t + h);
-        let longer_resumed = pool.resumed.total() - pool.resumed.prefix(tb);
-        let resumed = pool.resumed.prefix(thb) - pool.resumed.prefix(tb);
-        let censored = match thb {
-            0 => pool.censored.total(),
-            b => pool.censored.total() - pool.censored.prefix(b - 1),
-        };
-        let longer = longer_resumed + censored;
-        let counts = (
-            u32::try_from(resumed).unwrap_or(u32::MAX),
-            u32::try_from(longer).unwrap_or(u32::MAX),
-        );
-        (counts.1 >= min).then(|| make(counts, Basis::Peers(shape)))
+        let rhythm = self.by_workload.get(key).and_then(IdleHistory::rhythm);
+        let candidates = [
+            rhythm.map(|r| ((shape, Some(r)), Basis::Rhythm(shape, r))),
+            Some(((shape, None), Basis::Peers(shape))),
+        ];
+        for (pool_key, basis) in candidates.into_iter().flatten() {
+            let Some(pool) = self.pool.get(&pool_key) else {
+                continue;
+            };
+            // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
+            let tb = self.bucket(t);
+            let thb = self.bucket(t + h);
+            let longer_resumed = pool.resumed.total() - pool.resumed.prefix(tb);
+            let resumed = pool.resumed.prefix(thb) - pool.resumed.prefix(tb);
+            let censored = match thb {
+                0 => pool.censored.total(),
+                b => pool.censored.total() - pool.censored.prefix(b - 1),
+            };
+            let counts = (
+                u32::try_from(resumed).unwrap_or(u32::MAX),
+                u32::try_from(longer_resumed + censored).unwrap_or(u32::MAX),
+            );
+            if counts.1 >= min {
+                return Some(make(counts, basis));
+            }
+        }
+        None
     }
 }
 
@@ -471,6 +570,38 @@ mod tests {
             assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
             assert_eq!((e.resumed, e.longer), (r1 + r2, l1 + l2), "idle {idle}m");
         }
+    }
+
+    #[test]
+    fn a_chatty_workload_borrows_the_long_pauses_of_chatty_peers_not_of_sparse_ones() {
+        let mut h = Histories::new(params(5));
+        let mut chatty: Vec<i64> = vec![3; 30];
+        chatty.extend([300; 12]); // its long pauses last 5 hours
+        let mut sparse: Vec<i64> = vec![30; 30];
+        sparse.extend([90; 12]); // its long pauses end within the horizon
+        feed(&mut h, 1, 0, &chatty);
+        feed(&mut h, 2, 0, &sparse);
+        feed(&mut h, 3, 0, &[3; 30]);
+        assert_eq!(h.get(&1).unwrap().rhythm(), Some(Rhythm::Chatty));
+        assert_eq!(h.get(&2).unwrap().rhythm(), Some(Rhythm::Sparse));
+        let e = h
+            .estimate(&3, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .unwrap();
+        assert_eq!(
+            e.basis,
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty)
+        );
+        assert_eq!((e.resumed, e.longer), (0, 12));
+        assert_eq!(
+            e.sentence(),
+            "idle 1h; idle spans of MemoryHeld workloads with a typical idle span under 4m longer than 1h ended within 2h in 0 of 12 cases (0 %)"
+        );
+        // A workload without a rhythm yet gets every peer of its shape.
+        let e = h
+            .estimate(&4, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .unwrap();
+        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
+        assert_eq!((e.resumed, e.longer), (12, 24));
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub const FIELDS: &[(&str, &str)] = &[
     ),
     ("owner", "who the message is for, and where that was found"),
     ("url", "a link to the workload (--workload-url), or empty"),
+    (
+        "risk",
+        "the resumption-risk estimate and its basis, ending in \". \" (policies with idle.maxResumeRisk), or empty",
+    ),
     ("detail", "what the action did (reclaimed messages)"),
 ];
 
@@ -98,7 +102,7 @@ impl Default for Templates {
                 subject: "Idle GPUs: {workload} will be reclaimed at {action_at}".into(),
                 text: "{gpus} {model} held by {kind} {name} in namespace {namespace} have been idle since {idle_since} ({idle_for}, {shape}). \
                        That has cost {wasted_usd} USD so far, {hourly_usd} USD per hour.\n\
-                       gpu-reaper will {action_verb} at {action_at} unless the GPUs are used again or you keep it. {mode_note}\n\
+                       gpu-reaper will {action_verb} at {action_at} unless the GPUs are used again or you keep it. {risk}{mode_note}\n\
                        To keep it for 4 hours: {snooze_command}\n\
                        Policy: {policy}. Sent to {owner}."
                     .into(),
@@ -286,6 +290,24 @@ mod tests {
                 .starts_with("2 NVIDIA H100 80GB HBM3 held by Deployment chat in namespace ml")
         );
         assert!(!r.text.contains('{'), "{}", r.text);
+    }
+
+    #[test]
+    fn the_default_warning_states_the_resumption_risk_when_there_is_one() {
+        let plain = Templates::default().render(Kind::Warning, &fields());
+        let mut with = fields();
+        with.insert(
+            "risk",
+            "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of 40 cases (5 %). ".into(),
+        );
+        let r = Templates::default().render(Kind::Warning, &with);
+        assert!(
+            r.text
+                .contains("or you keep it. idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of 40 cases (5 %)."),
+            "{}",
+            r.text
+        );
+        assert!(!plain.text.contains("idle spans"), "{}", plain.text);
     }
 
     #[test]
