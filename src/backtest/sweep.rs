@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::{Backtest, BacktestOptions, TimelineState, run};
 use crate::api::policy::GpuPolicySpec;
+use crate::engine::rules::dur as std_dur;
 use crate::telemetry::trace::Trace;
 
 /// Which family a point belongs to.
@@ -59,11 +60,6 @@ fn kube_duration(d: SignedDuration) -> kube::core::Duration {
     kube::core::Duration::from(std::time::Duration::from_secs(
         d.as_secs().max(0).unsigned_abs(),
     ))
-}
-
-fn std_dur(d: &kube::core::Duration) -> SignedDuration {
-    let s: std::time::Duration = (*d).into();
-    SignedDuration::try_from(s).unwrap_or(SignedDuration::MAX)
 }
 
 fn point(family: Family, label: String, b: &Backtest) -> Point {

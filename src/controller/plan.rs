@@ -487,32 +487,20 @@ mod tests {
                         ..GpuObservation::default()
                     },
                 );
-                plan(
-                    &p,
-                    &all,
-                    &workloads,
-                    &HashMap::new(),
-                    &by_pod(&observations),
-                    &AuditMemory::default(),
-                    &mut history,
-                    minute,
-                    at,
-                );
-                // An idle cycle in between, so the span is seen.
-                let mut idle = observations.clone();
-                idle.values_mut()
-                    .for_each(|o| o.last_busy_at = Some(busy - minute));
-                plan(
-                    &p,
-                    &all,
-                    &workloads,
-                    &HashMap::new(),
-                    &by_pod(&idle),
-                    &AuditMemory::default(),
-                    &mut history,
-                    minute,
-                    at + SignedDuration::from_hours(1),
-                );
+                // The cycle that sees the busy instant, then an idle one an hour later.
+                for when in [at, at + SignedDuration::from_hours(1)] {
+                    plan(
+                        &p,
+                        &all,
+                        &workloads,
+                        &HashMap::new(),
+                        &by_pod(&observations),
+                        &AuditMemory::default(),
+                        &mut history,
+                        minute,
+                        when,
+                    );
+                }
             }
         }
         assert!(

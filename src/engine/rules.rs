@@ -35,7 +35,8 @@ pub struct Rules {
     pub price_by_model: BTreeMap<String, f64>,
 }
 
-fn dur(d: &kube::core::Duration) -> SignedDuration {
+/// A Kubernetes duration as a signed duration (saturating; negative stays negative).
+pub fn dur(d: &kube::core::Duration) -> SignedDuration {
     let std: std::time::Duration = (*d).into();
     let s = SignedDuration::try_from(std).unwrap_or(SignedDuration::MAX);
     if d.is_negative() { -s } else { s }
