@@ -69,8 +69,15 @@ where
             format!("not valid YAML: {problem}"),
         )));
     }
-    let raw: Value = serde_yaml::from_str(text)
-        .map_err(|e| fail(one("(document)", format!("not valid YAML: {e}"))))?;
+    let raw: Value = serde_yaml::from_str(text).map_err(|e| {
+        // Some errors say no position (a mapping used as a key): say what to look for.
+        let hint = if !e.to_string().contains(" line ") {
+            " somewhere in the document: every key must be a plain string, e.g. `window: 30m`"
+        } else {
+            ""
+        };
+        fail(one("(document)", format!("not valid YAML: {e}{hint}")))
+    })?;
     if !raw.is_object() {
         return Err(fail(one(
             "(document)",
@@ -393,6 +400,16 @@ spec:
         assert!(
             parse_resource::<GpuPolicy>(&GOOD.replace("window: 30m}", "window: 1h30m}"), "p")
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_mapping_used_as_a_key_is_an_error_that_says_what_to_look_for() {
+        let p = problems("{a: 1}: 2\n");
+        assert_eq!(p[0].field, "(document)");
+        assert!(
+            p[0].message.contains("every key must be a plain string"),
+            "{p:?}"
         );
     }
 
