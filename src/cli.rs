@@ -318,6 +318,28 @@ pub struct PrometheusArgs {
     /// Extra CA bundle (PEM) to trust for Prometheus.
     #[arg(long, env = "GPU_REAPER_PROMETHEUS_CA_FILE")]
     pub prometheus_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM chain) for a Prometheus that requires mutual TLS.
+    #[arg(
+        long,
+        env = "GPU_REAPER_PROMETHEUS_CLIENT_CERT_FILE",
+        requires = "prometheus_client_key_file"
+    )]
+    pub prometheus_client_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --prometheus-client-cert-file.
+    #[arg(
+        long,
+        env = "GPU_REAPER_PROMETHEUS_CLIENT_KEY_FILE",
+        requires = "prometheus_client_cert_file"
+    )]
+    pub prometheus_client_key_file: Option<PathBuf>,
+    /// Accept any certificate from Prometheus. For testing only: anyone on the network
+    /// path can then answer in its place. Prefer --prometheus-ca-file.
+    #[arg(
+        long,
+        env = "GPU_REAPER_PROMETHEUS_INSECURE_SKIP_TLS_VERIFY",
+        conflicts_with = "prometheus_ca_file"
+    )]
+    pub prometheus_insecure_skip_tls_verify: bool,
     /// Per-request timeout (Go duration).
     #[arg(long, default_value = "30s", env = "GPU_REAPER_PROMETHEUS_TIMEOUT")]
     pub prometheus_timeout: String,

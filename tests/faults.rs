@@ -843,25 +843,6 @@ async fn secrets_never_appear_in_logs_events_status_or_annotations() {
     }
 }
 
-/// A throw-away CA and a serving certificate for 127.0.0.1: (CA PEM, cert PEM, key PEM).
-fn webhook_pki() -> (String, String, String) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    };
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "faults test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-    (ca_cert.pem(), cert.pem(), leaf_key.serialize_pem())
-}
-
 /// The budget gate whose caches cannot sync (every GpuPolicy request fails) answers
 /// reviews 503 and is not ready, so the API server applies the configuration's
 /// `failurePolicy` (docs/budget-gate.md): `Fail` refuses a 16-GPU pod, `Ignore` admits it.
@@ -874,7 +855,9 @@ async fn the_webhook_before_its_caches_sync_answers_503_and_the_failure_policy_d
         policy("Enforce", "").replace("  action:", "  admission: {mode: Enforce}\n  action:");
     let sim = cluster(&[], &gate).await;
     sim.add_fault(Fault::on("/apis/gpureaper.io/v1alpha1/gpupolicies").status(500));
-    let (ca, cert, key) = webhook_pki();
+    let pki = common::pki::Ca::new("faults test CA");
+    let leaf = pki.leaf(&["127.0.0.1"], "gpu-reaper webhook");
+    let (ca, cert, key) = (pki.pem, leaf.cert_pem, leaf.key_pem);
     // The private key's body: it must never reach the log.
     let key_body = key.lines().nth(1).unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();

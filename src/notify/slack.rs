@@ -291,24 +291,11 @@ pub struct SlackApi {
 /// An HTTP client on the process' rustls provider, trusting the PEM bundle in `ca_file`
 /// too; errors name `flag`.
 pub fn http_client(ca_file: Option<&Path>, flag: &str) -> Result<reqwest::Client, String> {
-    // ring is the process' one provider; installing it again is a no-op.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
+    let mut builder = crate::http::builder()
         .timeout(Duration::from_secs(10))
         .connect_timeout(Duration::from_secs(5));
     if let Some(ca) = ca_file {
-        let pem = std::fs::read(ca).map_err(|e| format!("{flag} {}: {e}", ca.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("{flag} {}: not PEM certificates: {e}", ca.display()))?;
-        if certs.is_empty() {
-            return Err(format!(
-                "{flag} {}: no CERTIFICATE block found",
-                ca.display()
-            ));
-        }
-        for cert in certs {
-            builder = builder.add_root_certificate(cert);
-        }
+        builder = crate::http::trust_ca(builder, ca, flag)?;
     }
     builder
         .build()

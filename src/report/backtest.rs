@@ -257,6 +257,11 @@ pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
             .clone()
             .zip(args.prometheus_basic_auth_password_file.clone()),
         ca_file: args.prometheus_ca_file.clone(),
+        client_identity: args
+            .prometheus_client_cert_file
+            .clone()
+            .zip(args.prometheus_client_key_file.clone()),
+        insecure_skip_tls_verify: args.prometheus_insecure_skip_tls_verify,
         timeout: positive("prometheus-timeout", &args.prometheus_timeout)?,
         retries: args.prometheus_retries,
         max_response_bytes: args.prometheus_max_response_bytes,

@@ -29,6 +29,10 @@ pub struct PrometheusConfig {
     pub basic_auth: Option<(String, PathBuf)>,
     /// PEM bundle of extra CAs to trust.
     pub ca_file: Option<PathBuf>,
+    /// Client certificate chain and private key (PEM) for servers that require mutual TLS.
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+    /// Accept any server certificate (testing only: anyone on the path can then answer).
+    pub insecure_skip_tls_verify: bool,
     /// Per-request timeout.
     pub timeout: Duration,
     /// Retries of a failed request (connection errors, 429, 5xx), with backoff and jitter.
@@ -46,6 +50,8 @@ impl Default for PrometheusConfig {
             bearer_token_file: None,
             basic_auth: None,
             ca_file: None,
+            client_identity: None,
+            insecure_skip_tls_verify: false,
             timeout: Duration::from_secs(30),
             retries: 2,
             max_response_bytes: 256 << 20,
@@ -86,22 +92,22 @@ impl PrometheusSource {
             query: String::new(),
             message,
         };
-        // ring is the process' one provider; installing it again is a no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder()
+        let mut builder = crate::http::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout);
         if let Some(ca) = &config.ca_file {
-            let pem = std::fs::read(ca)
-                .map_err(|e| fail(format!("--prometheus-ca-file {}: {e}", ca.display())))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                fail(format!(
-                    "--prometheus-ca-file {}: not PEM certificates: {e}",
-                    ca.display()
-                ))
-            })? {
-                builder = builder.add_root_certificate(cert);
-            }
+            builder = crate::http::trust_ca(builder, ca, "--prometheus-ca-file").map_err(fail)?;
+        }
+        if let Some((cert, key)) = &config.client_identity {
+            builder = crate::http::client_identity(
+                builder,
+                (cert, "--prometheus-client-cert-file"),
+                (key, "--prometheus-client-key-file"),
+            )
+            .map_err(fail)?;
+        }
+        if config.insecure_skip_tls_verify {
+            builder = builder.tls_danger_accept_invalid_certs(true);
         }
         let http = builder
             .build()
@@ -185,8 +191,19 @@ impl PrometheusSource {
             request = request.header(reqwest::header::AUTHORIZATION, value);
         }
         let mut response = request.post_raw().await.map_err(|e| {
+            let message = describe(&e);
+            // A certificate problem does not go away on retry; say what fixes it.
+            let client_flags = (
+                "--prometheus-client-cert-file and --prometheus-client-key-file",
+                self.config.client_identity.is_some(),
+            );
+            if let Some(hint) =
+                crate::http::certificate_hint(&message, "--prometheus-ca-file", client_flags)
+            {
+                return (format!("{message} ({hint})"), false);
+            }
             let transient = !matches!(e, prometheus_http_query::Error::ParseUrl(_));
-            (describe(&e), transient)
+            (message, transient)
         })?;
         let status = response.status();
         let mut body = Vec::new();
@@ -258,8 +275,19 @@ impl PrometheusSource {
 /// (fuzz/fuzz_targets/prometheus_answer.rs).
 pub fn parse_answer(status: u16, body: &[u8]) -> Result<Data, (String, bool)> {
     let transient = (500..600).contains(&status) || status == 429;
+    let credentials = matches!(status, 401 | 403);
     let status = reqwest::StatusCode::from_u16(status)
         .map_or_else(|_| status.to_string(), |s| s.to_string());
+    if credentials {
+        let preview = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+        return Err((
+            format!(
+                "HTTP {status}: Prometheus refused the credentials ({:?}): check --prometheus-bearer-token-file, or --prometheus-basic-auth-user and --prometheus-basic-auth-password-file",
+                preview.trim()
+            ),
+            false,
+        ));
+    }
     let envelope: Envelope = serde_json::from_slice(body).map_err(|e| {
         let preview = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
         (

@@ -1,6 +1,8 @@
 //! Shared by the integration tests that need a real Prometheus: the Debian `prometheus`
 //! server on loopback with series backfilled by `promtool`.
 
+pub mod pki;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -31,6 +33,13 @@ pub fn free_port() -> u16 {
 
 /// Starts Prometheus on loopback with `openmetrics` backfilled into its TSDB.
 pub fn prometheus_with(name: &str, openmetrics: &[u8]) -> Prometheus {
+    prometheus_serving(name, openmetrics, &[])
+}
+
+/// Like [`prometheus_with`], with a web configuration (`--web.config.file`: TLS, client
+/// certificates, basic auth): `web` holds `web.yml` and the files it names, relative to
+/// it. With TLS the URL is `https://127.0.0.1:PORT`.
+pub fn prometheus_serving(name: &str, openmetrics: &[u8], web: &[(&str, &str)]) -> Prometheus {
     let dir = std::env::temp_dir().join(format!("gpu-reaper-prom-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -51,9 +60,22 @@ pub fn prometheus_with(name: &str, openmetrics: &[u8]) -> Prometheus {
         "global:\n  scrape_interval: 1m\n",
     )
     .unwrap();
+    for (file, text) in web {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let tls = web
+        .iter()
+        .any(|(f, t)| *f == "web.yml" && t.contains("tls_server_config"));
     let port = free_port();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let child = Command::new("prometheus")
+    let mut command = Command::new("prometheus");
+    if !web.is_empty() {
+        command.arg(format!(
+            "--web.config.file={}",
+            dir.join("web.yml").display()
+        ));
+    }
+    let child = command
         .arg(format!(
             "--config.file={}",
             dir.join("prometheus.yml").display()
@@ -70,11 +92,19 @@ pub fn prometheus_with(name: &str, openmetrics: &[u8]) -> Prometheus {
         .expect("prometheus is needed: apt-get install -y prometheus (bash .ci/run does it)");
     let p = Prometheus {
         child,
-        url: format!("http://127.0.0.1:{port}"),
+        url: format!("{}://127.0.0.1:{port}", if tls { "https" } else { "http" }),
         dir,
     };
     let deadline = Instant::now() + Duration::from_secs(90);
-    while !http_ok(port, "/-/ready") {
+    let ready = |p: &Prometheus| {
+        if web.is_empty() {
+            http_ok(port, "/-/ready")
+        } else {
+            std::fs::read_to_string(p.dir.join("prometheus.log"))
+                .is_ok_and(|log| log.contains("Server is ready to receive web requests"))
+        }
+    };
+    while !ready(&p) {
         assert!(
             Instant::now() < deadline,
             "Prometheus not ready: {}",
