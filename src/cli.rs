@@ -365,9 +365,17 @@ pub struct PrometheusArgs {
 pub struct AuditArgs {
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
-    /// How far back to look (Go duration).
+    /// How far back to look (Go duration), or a start time (RFC 3339).
     #[arg(long, default_value = "24h", env = "GPU_REAPER_SINCE")]
     pub since: String,
+    /// End of the audited period (RFC 3339); default now.
+    #[arg(long, env = "GPU_REAPER_TO")]
+    pub to: Option<String>,
+    /// Attribute GPU-hours to workloads as this cluster's API server resolves them
+    /// (owner chains through Deployments, Jobs, Notebooks, RayClusters, …), not from
+    /// kube-state-metrics alone. Read-only: lists pods and their owners.
+    #[arg(long, env = "GPU_REAPER_AUDIT_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
     /// Idle rules and prices from this GpuPolicy (default: the bundled sample's).
     #[arg(long, env = "GPU_REAPER_POLICY")]
     pub policy: Option<PathBuf>,

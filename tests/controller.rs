@@ -378,6 +378,89 @@ async fn audit_mode_changes_nothing_and_reports_what_it_would_do() {
     );
 }
 
+/// `gpu-reaper audit` over the real Prometheus: the history has DCGM series only (no
+/// kube-state-metrics), so alone it can name bare pods only; with `--kubeconfig` the
+/// API server resolves each pod's owner chain and the waste lands on the Deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_server_resolves() {
+    let s = setup("audit-kubeconfig", "Audit").await;
+    let audit = |kubeconfig: Option<String>| {
+        let url = s.prometheus.url.clone();
+        async move {
+            let mut command = tokio::process::Command::new(BIN);
+            command.args([
+                "audit",
+                "--prometheus-url",
+                &url,
+                "--since",
+                &at(0),
+                "--to",
+                &at(240),
+            ]);
+            command.args(["--format", "json"]);
+            if let Some(path) = &kubeconfig {
+                command.args(["--kubeconfig", path]);
+            }
+            let out = command.output().await.unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()
+        }
+    };
+    let offenders = |v: &Value| -> Vec<String> {
+        v["top_offenders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap(),
+                    o["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let alone = audit(None).await;
+    assert_eq!(offenders(&alone), ["Pod/chat-7f9c-a"]);
+    assert!(alone.get("attribution").is_none(), "{alone}");
+    let kubeconfig = s.sim.kubeconfig_path().to_str().unwrap().to_string();
+    let resolved = audit(Some(kubeconfig)).await;
+    assert_eq!(offenders(&resolved), ["Deployment/chat"]);
+    assert_eq!(
+        resolved["attribution"],
+        json!({"api_server": 3, "not_in_kube_state_metrics": 3, "gone": 0})
+    );
+    assert_eq!(resolved["total"]["gpu_hours"], alone["total"]["gpu_hours"]);
+    // Read-only: nothing was written to the cluster.
+    assert_eq!(deployment_of(&s, "chat")["metadata"]["generation"], 1);
+    // A kubeconfig that cannot be read is named, with nothing reported.
+    let out = tokio::process::Command::new(BIN)
+        .args([
+            "audit",
+            "--prometheus-url",
+            &s.prometheus.url,
+            "--since",
+            &at(0),
+            "--to",
+            &at(240),
+        ])
+        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .await
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--kubeconfig") && e.contains("/nonexistent/kubeconfig"),
+        "{e}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_acts() {
     let s = setup("lease", "Enforce").await;

@@ -4,4 +4,5 @@
 pub mod actions;
 pub mod discovery;
 pub mod inventory;
+pub mod snapshot;
 pub mod wake;

@@ -17,7 +17,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use jiff::{SignedDuration, Timestamp};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::{Api, Client};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -38,6 +37,7 @@ use crate::api::{GpuPolicy, keys};
 use crate::cli::ControllerArgs;
 use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
+use crate::cluster::snapshot;
 use crate::engine::model::{Decision, Step};
 use crate::engine::{Histories, Rules};
 use crate::notify::content::{Kind, Templates};
@@ -46,7 +46,6 @@ use crate::notify::{Failure, Notification, Notifier, Personal, Severity};
 use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
 use crate::telemetry::prometheus::{LiveSettings, PrometheusSource};
 use crate::{Error, Result};
-use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
@@ -143,7 +142,7 @@ impl Metrics {
 
 /// Kinds that can own GPU pods, listed (metadata only) to resolve root workloads. The
 /// CRD kinds are skipped quietly where their CRD is not installed.
-const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
+pub const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
     ("apps", "v1", "ReplicaSet", "replicasets"),
     ("apps", "v1", "Deployment", "deployments"),
     ("apps", "v1", "StatefulSet", "statefulsets"),
@@ -273,39 +272,11 @@ struct Controller {
     last_evaluation: Option<Timestamp>,
 }
 
-/// Lists every object of `api` in pages of 500.
-async fn list_all<K>(api: &Api<K>) -> std::result::Result<Vec<K>, kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut out = Vec::new();
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&params).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        out.extend(page.items);
-        match next {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
-}
-
 fn kube_err(action: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     move |source| Error::Kube {
         action: action.to_string(),
         source,
     }
-}
-
-fn meta_info(
-    api_version: &str,
-    kind: &str,
-    m: &PartialObjectMeta<DynamicObject>,
-) -> Option<ObjectInfo> {
-    let mut v = serde_json::to_value(&m.metadata).ok()?;
-    let meta = v.take();
-    ObjectInfo::from_value(&json!({"apiVersion": api_version, "kind": kind, "metadata": meta}))
 }
 
 impl Controller {
@@ -336,74 +307,10 @@ impl Controller {
         HashMap<String, BTreeMap<String, String>>,
     )> {
         let c = &self.client;
-        let templates = crate::admission::count::claim_template_gpus(
-            list_all(&Api::<ResourceClaimTemplate>::all(c.clone()))
-                .await
-                .unwrap_or_default()
-                .iter(),
-            &self.resources,
-        );
-        // Pods may name a ResourceClaim directly: its GPUs count (as the watches do).
-        let claims = inventory::claim_gpus(
-            list_all(&Api::<k8s_openapi::api::resource::v1::ResourceClaim>::all(
-                c.clone(),
-            ))
-            .await
-            .unwrap_or_default()
-            .iter(),
-            &self.resources,
-        );
-        let pods = list_all(&Api::<k8s_openapi::api::core::v1::Pod>::all(c.clone()))
-            .await
-            .map_err(kube_err("listing pods"))?;
-        let gpu_pods: Vec<_> = pods
-            .iter()
-            .filter_map(|p| serde_json::to_value(p).ok())
-            .filter_map(|v| {
-                inventory::pod_info_with_claims(&v, &self.resources, &templates, &claims, now)
-            })
-            .collect();
-        let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
-        // The same owner kinds the watches use: the built-in list plus every namespaced
-        // kind with /scale that discovery finds.
-        for resource in super::caches::owner_resources(c, OWNER_KINDS).await {
-            let (group, kind) = (resource.group.clone(), resource.kind.clone());
-            let kind = kind.as_str();
-            let api: Api<DynamicObject> = Api::all_with(c.clone(), &resource);
-            let mut params = ListParams::default().limit(500);
-            loop {
-                let page = match api.list_metadata(&params).await {
-                    Ok(page) => page,
-                    // A CRD that is not installed: its kind is skipped quietly.
-                    Err(kube::Error::Api(e))
-                        if e.code == 404
-                            && !group.is_empty()
-                            && group != "apps"
-                            && group != "batch" =>
-                    {
-                        tracing::debug!(kind, "not served here; skipped");
-                        break;
-                    }
-                    // A discovered kind RBAC does not let us list: skipped, as the watches do.
-                    Err(kube::Error::Api(e)) if e.code == 403 => {
-                        tracing::info!(kind, "not allowed to list; skipped");
-                        break;
-                    }
-                    Err(e) => return Err(kube_err("listing workload owners")(e)),
-                };
-                let next = page.metadata.continue_.clone().filter(|t| !t.is_empty());
-                for m in &page.items {
-                    if let Some(info) = meta_info(&resource.api_version, kind, m) {
-                        owners.insert(info.key(), info);
-                    }
-                }
-                match next {
-                    Some(token) => params = params.continue_token(&token),
-                    None => break,
-                }
-            }
-        }
-        let policies = list_all(&Api::<GpuPolicy>::all(c.clone()))
+        let owner_resources = super::caches::owner_resources(c, OWNER_KINDS).await;
+        let (gpu_pods, owners) =
+            snapshot::gpu_pods_and_owners(c, &self.resources, &owner_resources, now).await?;
+        let policies = snapshot::list_all(&Api::<GpuPolicy>::all(c.clone()))
             .await
             .map_err(kube_err("listing GpuPolicies"))?;
         let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())

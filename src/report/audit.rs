@@ -2,7 +2,7 @@
 //! Prometheus holds through the engine with a warn-only copy of the policy (nothing is
 //! "reclaimed", so every idle hour is counted) and sums by namespace and workload.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -10,9 +10,10 @@ use serde::Serialize;
 use crate::api::policy::{ActionType, PolicyMode};
 use crate::backtest::{self, Backtest, BacktestOptions};
 use crate::cli::{AuditArgs, OutputFormat};
+use crate::cluster::inventory::{PodInfo, Workload};
 use crate::error::Result;
 use crate::report::backtest::{fetch_trace, load_policy, time_range};
-use crate::telemetry::trace::{ReadOptions, Trace};
+use crate::telemetry::trace::{PodRecord, ReadOptions, Trace};
 
 /// Waste of one namespace.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -52,6 +53,105 @@ pub struct Audit {
     pub top_offenders: Vec<Offender>,
     pub total: NamespaceWaste,
     pub unallocated_gpus: usize,
+    /// How pods were attributed to workloads when the API server was asked (`--kubeconfig`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
+}
+
+/// Where the workload of each GPU pod in the trace came from, with `--kubeconfig`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Attribution {
+    /// Pods whose root workload the API server resolved (its owner chain, through any
+    /// watched kind: Deployments, Jobs, Notebooks, RayClusters, …).
+    pub api_server: usize,
+    /// Of those, pods kube-state-metrics had not recorded at all (DCGM series only).
+    pub not_in_kube_state_metrics: usize,
+    /// Pods the API server no longer has (deleted since): attributed from
+    /// kube-state-metrics as recorded, or as bare pods without it.
+    pub gone: usize,
+}
+
+/// Pure: attributes the trace's GPU pods to the root workloads the API server resolved.
+/// A pod kube-state-metrics recorded gets its owner replaced by the root (which may be a
+/// kind kube-state-metrics cannot follow, such as a Notebook above its StatefulSet); a
+/// pod only DCGM saw is added with the API server's labels, creation time and GPUs.
+/// Pods the API server does not know keep what the trace says.
+pub fn attribute(trace: &mut Trace, workloads: &[Workload]) -> Attribution {
+    use crate::api::keys::ksm_sanitize;
+    let mut roots: HashMap<(&str, &str), (&Workload, &PodInfo)> = HashMap::new();
+    for w in workloads {
+        for p in &w.pods {
+            roots.insert((&p.meta.namespace, &p.meta.name), (w, p));
+        }
+    }
+    let owner_of = |w: &Workload, p: &PodInfo| {
+        (w.root.key() != p.meta.key()).then(|| (w.root.kind.clone(), w.root.name.clone()))
+    };
+    let mut out = Attribution::default();
+    let mut known: HashSet<(String, String)> = HashSet::new();
+    for record in &mut trace.pods {
+        if record.gpu_devices() == 0 {
+            continue;
+        }
+        known.insert((record.namespace.clone(), record.name.clone()));
+        match roots.get(&(record.namespace.as_str(), record.name.as_str())) {
+            Some((w, p)) => {
+                record.owner = owner_of(w, p);
+                out.api_server += 1;
+            }
+            None => out.gone += 1,
+        }
+    }
+    // Pods seen only through their DCGM series, with the buckets they have samples in.
+    let mut spans: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
+    for g in &trace.gpus {
+        if g.gpu.pod.is_empty() {
+            continue;
+        }
+        let key = (g.gpu.namespace.clone(), g.gpu.pod.clone());
+        if known.contains(&key) {
+            continue;
+        }
+        if let Some((a, b)) = g.engine_active.span().or(g.gpu_util.span()) {
+            let span = spans.entry(key).or_insert((a, b));
+            *span = (span.0.min(a), span.1.max(b));
+        }
+    }
+    for ((namespace, name), (first, last)) in spans {
+        let Some((w, p)) = roots.get(&(namespace.as_str(), name.as_str())) else {
+            out.gone += 1;
+            continue;
+        };
+        // kube-state-metrics' key spelling, plus gpu-reaper's own keys as they are.
+        let ksm = |map: &BTreeMap<String, String>| {
+            let mut out = BTreeMap::new();
+            for (k, v) in map {
+                out.insert(ksm_sanitize(k), v.clone());
+                if k.starts_with("gpureaper.io/") {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+            out
+        };
+        trace.pods.push(PodRecord {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            created: Some(p.meta.created_at.as_second()),
+            owner: owner_of(w, p),
+            labels: ksm(&p.meta.labels),
+            annotations: ksm(&p.meta.annotations),
+            gpu_requests: BTreeMap::from([(
+                "(api server)".to_string(),
+                p.gpus.ceil().max(1.0) as u32,
+            )]),
+            first_bucket: first,
+            last_bucket: last,
+            ..PodRecord::default()
+        });
+        out.api_server += 1;
+        out.not_in_kube_state_metrics += 1;
+    }
+    out
 }
 
 /// Runs the command and prints the report.
@@ -68,8 +168,8 @@ pub fn run(args: &AuditArgs) -> Result<()> {
         };
     }
     let policy = load_policy(args.policy.as_deref())?;
-    let (from, to) = time_range(&args.since, None)?;
-    let trace = fetch_trace(
+    let (from, to) = time_range(&args.since, args.to.as_deref())?;
+    let mut trace = fetch_trace(
         &args.prometheus,
         from,
         to,
@@ -79,9 +179,45 @@ pub fn run(args: &AuditArgs) -> Result<()> {
             workload_labels: crate::report::backtest::workload_labels(&args.prometheus),
         },
     )?;
-    let audit = audit(&policy.spec, &trace, args.top);
+    let attribution = match &args.kubeconfig {
+        Some(path) => Some(attribute(
+            &mut trace,
+            &crate::report::backtest::block_on(cluster_workloads(path))??,
+        )),
+        None => None,
+    };
+    let mut audit = audit(&policy.spec, &trace, args.top);
+    audit.attribution = attribution;
     print!("{}", render(&audit, args.format)?);
     Ok(())
+}
+
+/// The GPU workloads the API server at `kubeconfig` resolves now: the same listing and
+/// owner kinds as `controller --once`.
+async fn cluster_workloads(kubeconfig: &std::path::Path) -> Result<Vec<Workload>> {
+    let fail = |message: String| crate::Error::InvalidArgument {
+        flag: "kubeconfig",
+        message: format!("{}: {message}", kubeconfig.display()),
+    };
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| fail(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let client = kube::Client::try_from(config).map_err(|source| crate::Error::Kube {
+        action: "building the Kubernetes client".into(),
+        source,
+    })?;
+    let owner_kinds =
+        crate::controller::caches::owner_resources(&client, crate::controller::run::OWNER_KINDS)
+            .await;
+    let (pods, owners) = crate::cluster::snapshot::gpu_pods_and_owners(
+        &client,
+        &crate::admission::count::GpuResources::default(),
+        &owner_kinds,
+        jiff::Timestamp::now(),
+    )
+    .await?;
+    Ok(crate::cluster::inventory::resolve(pods, &owners))
 }
 
 /// Pure: the audit of `trace` under the idle rules and prices of `spec`.
@@ -173,6 +309,7 @@ fn summarise(b: &Backtest, top: usize) -> Audit {
         top_offenders: offenders,
         total,
         unallocated_gpus: b.summary.unallocated_gpus,
+        attribution: None,
     }
 }
 
@@ -266,6 +403,13 @@ pub fn render(a: &Audit, format: OutputFormat) -> Result<String> {
                     out,
                     "\n{} GPUs reported by DCGM had no workload (unallocated capacity).",
                     a.unallocated_gpus
+                );
+            }
+            if let Some(at) = &a.attribution {
+                let _ = writeln!(
+                    out,
+                    "\nWorkloads as the API server resolves them: {} GPU pods ({} unknown to kube-state-metrics); {} pods no longer exist and are attributed as recorded.",
+                    at.api_server, at.not_in_kube_state_metrics, at.gone
                 );
             }
             out
@@ -428,4 +572,157 @@ pub async fn readiness(
 
 fn source_url(args: &crate::cli::PrometheusArgs) -> String {
     args.prometheus_url.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::count::GpuResources;
+    use crate::cluster::inventory::{ObjectInfo, pod_info, resolve};
+    use serde_json::json;
+    use std::fmt::Write as _;
+
+    /// Three hours, idle with memory held: `research/nb-alice-0` (kube-state-metrics says
+    /// StatefulSet nb-alice), `ml/embed-7f9c-x` (DCGM only), `ml/old-0` (DCGM only, and
+    /// gone from the API server).
+    fn trace() -> Trace {
+        let t0 = 1_793_577_600i64;
+        let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
+        for (ns, pod) in [
+            ("research", "nb-alice-0"),
+            ("ml", "embed-7f9c-x"),
+            ("ml", "old-0"),
+        ] {
+            for m in 0..180 {
+                let _ = writeln!(
+                    s,
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"0\",UUID=\"GPU-{pod}\",modelName=\"NVIDIA L4\",Hostname=\"n1\",namespace=\"{ns}\",pod=\"{pod}\"}} 0 {}",
+                    t0 + m * 60
+                );
+            }
+        }
+        s.push_str("# TYPE kube_pod_owner gauge\n");
+        s.push_str("# TYPE kube_pod_container_resource_requests gauge\n");
+        for m in 0..180 {
+            let _ = writeln!(
+                s,
+                "kube_pod_container_resource_requests{{namespace=\"research\",pod=\"nb-alice-0\",container=\"nb\",resource=\"nvidia_com_gpu\",unit=\"integer\"}} 1 {}",
+                t0 + m * 60
+            );
+        }
+        let _ = writeln!(
+            s,
+            "kube_pod_owner{{namespace=\"research\",pod=\"nb-alice-0\",owner_kind=\"StatefulSet\",owner_name=\"nb-alice\",owner_is_controller=\"true\"}} 1 {t0}"
+        );
+        s.push_str("# EOF\n");
+        crate::telemetry::trace::read_trace(
+            s.as_bytes(),
+            "test",
+            &ReadOptions {
+                workload_labels: Default::default(),
+                step_seconds: 60,
+                skip_unknown_metrics: false,
+            },
+        )
+        .unwrap()
+    }
+
+    /// What the API server holds: a Notebook above the StatefulSet, a Deployment above
+    /// the DCGM-only pod's ReplicaSet.
+    fn cluster() -> Vec<Workload> {
+        let now = "2026-11-29T12:00:00Z".parse().unwrap();
+        let owner = |api: &str, kind: &str, name: &str| json!([{"apiVersion": api, "kind": kind, "name": name, "uid": "u", "controller": true}]);
+        let pod = |ns: &str, name: &str, owners: serde_json::Value| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-11-01T00:00:00Z",
+                                "labels": {"app.kubernetes.io/name": "embed"}, "ownerReferences": owners},
+                   "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                   "status": {"phase": "Running"}})
+        };
+        let pods = vec![
+            pod_info(
+                &pod(
+                    "research",
+                    "nb-alice-0",
+                    owner("apps/v1", "StatefulSet", "nb-alice"),
+                ),
+                &GpuResources::default(),
+                now,
+            )
+            .unwrap(),
+            pod_info(
+                &pod(
+                    "ml",
+                    "embed-7f9c-x",
+                    owner("apps/v1", "ReplicaSet", "embed-7f9c"),
+                ),
+                &GpuResources::default(),
+                now,
+            )
+            .unwrap(),
+        ];
+        let objects = [
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "nb-alice", "namespace": "research", "ownerReferences": owner("kubeflow.org/v1", "Notebook", "nb-alice")}}),
+            json!({"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": {"name": "nb-alice", "namespace": "research"}}),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "embed-7f9c", "namespace": "ml", "ownerReferences": owner("apps/v1", "Deployment", "embed")}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "embed", "namespace": "ml"}}),
+        ]
+        .iter()
+        .map(|v| {
+            let o = ObjectInfo::from_value(v).unwrap();
+            (o.key(), o)
+        })
+        .collect();
+        resolve(pods, &objects)
+    }
+
+    fn offenders(a: &Audit) -> Vec<String> {
+        let mut names: Vec<String> = a
+            .top_offenders
+            .iter()
+            .map(|o| format!("{}/{}/{}", o.namespace, o.kind, o.name))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_api_server_names_the_workloads_kube_state_metrics_cannot() {
+        let spec = crate::report::backtest::load_policy(None).unwrap().spec;
+        let alone = audit(&spec, &trace(), 10);
+        assert_eq!(
+            offenders(&alone),
+            [
+                "ml/Pod/embed-7f9c-x",
+                "ml/Pod/old-0",
+                "research/StatefulSet/nb-alice"
+            ]
+        );
+        let mut t = trace();
+        let attribution = attribute(&mut t, &cluster());
+        assert_eq!(
+            attribution,
+            Attribution {
+                api_server: 2,
+                not_in_kube_state_metrics: 1,
+                gone: 1
+            }
+        );
+        let resolved = audit(&spec, &t, 10);
+        assert_eq!(
+            offenders(&resolved),
+            [
+                "ml/Deployment/embed",
+                "ml/Pod/old-0",
+                "research/Notebook/nb-alice"
+            ]
+        );
+        // The same GPU-hours, attributed differently.
+        assert_eq!(resolved.total.gpu_hours, alone.total.gpu_hours);
+        assert_eq!(resolved.total.idle_gpu_hours, alone.total.idle_gpu_hours);
+        // The added pod carries the API server's labels as kube-state-metrics spells them.
+        let added = t.pods.iter().find(|p| p.name == "embed-7f9c-x").unwrap();
+        assert_eq!(added.labels["app_kubernetes_io_name"], "embed");
+        assert_eq!(added.gpu_devices(), 1);
+    }
 }
