@@ -580,7 +580,6 @@ mod tests {
     use crate::admission::count::GpuResources;
     use crate::cluster::inventory::{ObjectInfo, pod_info, resolve};
     use serde_json::json;
-    use std::fmt::Write as _;
 
     /// Three hours, idle with memory held: `research/nb-alice-0` (kube-state-metrics says
     /// StatefulSet nb-alice), `ml/embed-7f9c-x` (DCGM only), `ml/old-0` (DCGM only, and
