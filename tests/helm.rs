@@ -392,7 +392,7 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
         sim.seed(crd).unwrap();
     }
     let values = json!({
-        "prometheus": {"url": "https://thanos.monitoring.svc:10902", "ca": {"configMapName": "thanos-ca"},
+        "prometheus": {"url": "https://thanos.monitoring.svc:10902", "ca": {"configMapName": "thanos-ca"}, "clientCert": {"secretName": "thanos-client"},
                        "basicAuth": {"user": "reaper", "passwordSecret": {"name": "thanos-auth"}}},
         "image": {"digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
         "gpu": {"resources": ["nvidia.com/gpu", "amd.com/gpu"]},
@@ -467,6 +467,22 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
     assert_eq!(spec["priorityClassName"], "system-cluster-critical");
     let args = spec["containers"][0]["args"].to_string();
     assert!(args.contains("--prometheus-ca-file=/etc/gpu-reaper/prometheus-ca/ca.crt"));
+    assert!(
+        args.contains("--prometheus-client-cert-file=/etc/gpu-reaper/prometheus-client/tls.crt")
+    );
+    assert!(
+        args.contains("--prometheus-client-key-file=/etc/gpu-reaper/prometheus-client/tls.key")
+    );
+    assert!(
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "prometheus-client"
+                && v["secret"]["secretName"] == "thanos-client"),
+        "{}",
+        spec["volumes"]
+    );
     assert!(args.contains(
         "--prometheus-basic-auth-password-file=/etc/gpu-reaper/prometheus-password/password"
     ));
