@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "common/pki.rs"]
+mod pki;
+
 use kube_sim::KubeSim;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
@@ -29,24 +31,13 @@ struct TestPki {
 }
 
 fn pki(label: &str) -> TestPki {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, format!("budget-gate test CA {label}"));
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-    leaf.distinguished_name
-        .push(DnType::CommonName, format!("gpu-reaper webhook {label}"));
-    let leaf_key = KeyPair::generate().unwrap();
-    let cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+    let ca = pki::Ca::new(&format!("budget-gate test CA {label}"));
+    let leaf = ca.leaf(&["127.0.0.1"], &format!("gpu-reaper webhook {label}"));
     TestPki {
-        ca_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
-        leaf_der: cert.der().to_vec(),
+        ca_pem: ca.pem,
+        cert_pem: leaf.cert_pem,
+        key_pem: leaf.key_pem,
+        leaf_der: leaf.der,
     }
 }
 

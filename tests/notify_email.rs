@@ -14,7 +14,8 @@ use gpu_reaper::notify::content::{Fields, Kind, Templates};
 use gpu_reaper::notify::email::EmailNotifier;
 use gpu_reaper::notify::owner::{Owner, OwnerSource};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+#[path = "common/pki.rs"]
+mod pki;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smtp/server.py");
@@ -34,23 +35,12 @@ struct Pki {
 }
 
 fn pki() -> Pki {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "notify-email test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-    leaf.distinguished_name
-        .push(DnType::CommonName, "smtp.test");
-    let leaf_key = KeyPair::generate().unwrap();
-    let cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+    let ca = pki::Ca::new("notify-email test CA");
+    let leaf = ca.leaf(&["127.0.0.1"], "smtp.test");
     Pki {
-        ca_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
+        ca_pem: ca.pem,
+        cert_pem: leaf.cert_pem,
+        key_pem: leaf.key_pem,
     }
 }
 

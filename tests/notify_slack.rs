@@ -25,7 +25,8 @@ use gpu_reaper::notify::slack::{SlackApi, SlackNotifier, http_client};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
 use jiff::{SignedDuration, Timestamp};
 use kube_sim::KubeSim;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+#[path = "common/pki.rs"]
+mod pki;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -347,20 +348,11 @@ impl Slack {
     async fn start() -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, "fake Slack test CA");
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_key = KeyPair::generate().unwrap();
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-        let leaf_key = KeyPair::generate().unwrap();
-        let cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
-        std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
-        std::fs::write(dir.path().join("tls.key"), leaf_key.serialize_pem()).unwrap();
+        let ca = pki::Ca::new("fake Slack test CA");
+        let leaf = ca.leaf(&["127.0.0.1"], "slack.test");
+        std::fs::write(dir.path().join("ca.pem"), &ca.pem).unwrap();
+        std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
+        std::fs::write(dir.path().join("tls.key"), &leaf.key_pem).unwrap();
         std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
 
         let fake = Fake::default();
