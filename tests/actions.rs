@@ -162,6 +162,82 @@ async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_w
     );
 }
 
+/// Request-driven inference under `action.inference.minReplicas`: scaled down to the
+/// minimum, not to zero; the record says how many stayed, an interrupted action finishes
+/// at the same minimum, and wake puts the full count back.
+#[tokio::test]
+async fn request_driven_inference_is_scaled_to_its_minimum_and_wake_restores_every_replica() {
+    let sim = KubeSim::start().await.unwrap();
+    let client = sim.client().await.unwrap();
+    sim.seed(deployment("chat", 4, json!({}))).unwrap();
+    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    let outcome = actions::scale_to_minimum(&client, &root, 1, now())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("scaled ml/Deployment/chat from 4 replicas to 1".into())
+    );
+    let after = stored(&sim, "apps", "deployments", "chat");
+    assert_eq!(after["spec"]["replicas"], 1);
+    assert_eq!(
+        restore_of(&after),
+        RestoreRecord {
+            replicas: Some(4),
+            kept: Some(1),
+            state: "done".into(),
+            ..RestoreRecord::default()
+        }
+    );
+    // At the minimum already: nothing more to do.
+    let again = actions::scale_to_minimum(&client, &info(&after), 1, now())
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Outcome::AlreadyDone("ml/Deployment/chat already has 1 replicas".into())
+    );
+    let woken = actions::wake(&client, &info(&after), now()).await.unwrap();
+    assert_eq!(
+        woken,
+        Outcome::Done("scaled ml/Deployment/chat back to 4 replicas".into())
+    );
+    assert_eq!(
+        stored(&sim, "apps", "deployments", "chat")["spec"]["replicas"],
+        4
+    );
+
+    // A run killed after its restore record: the next finishes at the recorded minimum,
+    // whichever way it is called (the controller's housekeeping calls scale_to_zero).
+    let pending =
+        json!({"gpureaper.io/restore": "{\"replicas\":3,\"kept\":2,\"state\":\"pending\"}"});
+    sim.seed(deployment("embed", 3, pending)).unwrap();
+    let root = info(&stored(&sim, "apps", "deployments", "embed"));
+    let outcome = actions::scale_to_zero(&client, &root, now()).await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done("scaled ml/Deployment/embed from 3 replicas to 2".into())
+    );
+    assert_eq!(
+        stored(&sim, "apps", "deployments", "embed")["spec"]["replicas"],
+        2
+    );
+
+    // A kind with its own way to stop cannot keep replicas: said, not zeroed.
+    let notebook = ObjectInfo {
+        api_version: "kubeflow.org/v1".into(),
+        kind: "Notebook".into(),
+        ..info(&stored(&sim, "apps", "deployments", "embed"))
+    };
+    let outcome = actions::scale_to_minimum(&client, &notebook, 1, now())
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Unsupported(ref s) if s.contains("cannot keep 1 replicas")),
+        "{outcome:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_job_is_suspended_in_the_same_write_as_its_restore_record_and_resumed_by_wake() {
     let sim = KubeSim::start().await.unwrap();

@@ -386,4 +386,43 @@ fn a_bad_synthetic_spec_or_risk_setting_is_refused_naming_it() {
     assert!(!ok);
     assert!(err.contains("spec.idle.maxIdle"), "{err}");
     assert!(err.contains("spec.idle.maxResumeRisk"), "{err}");
+
+    // The softer inference action: at least one replica, and only for ScaleToZero.
+    let text = std::fs::read_to_string("config/samples/inference-risk.yaml").unwrap();
+    assert_eq!(text.matches("    type: ScaleToZero\n").count(), 1);
+    let keep_none = text.replace(
+        "    type: ScaleToZero\n",
+        "    type: ScaleToZero\n    inference: {minReplicas: 0}\n",
+    );
+    std::fs::write(&path, keep_none).unwrap();
+    let (ok, _, err) = cli(&["backtest", "--policy", path.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("spec.action.inference.minReplicas must be at least 1"),
+        "{err}"
+    );
+    let suspend = text.replace(
+        "    type: ScaleToZero\n",
+        "    type: Suspend\n    inference: {minReplicas: 1}\n",
+    );
+    std::fs::write(&path, suspend).unwrap();
+    let (ok, _, err) = cli(&["backtest", "--policy", path.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("spec.action.inference applies to action.type ScaleToZero only"),
+        "{err}"
+    );
+    let fine = text.replace(
+        "    type: ScaleToZero\n",
+        "    type: ScaleToZero\n    inference: {minReplicas: 1}\n",
+    );
+    std::fs::write(&path, fine).unwrap();
+    let (ok, _, err) = cli(&[
+        "backtest",
+        "--policy",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
 }

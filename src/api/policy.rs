@@ -72,6 +72,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("duration(self.idle.resumeHorizon) > duration('0s') && duration(self.idle.history) >= duration(self.idle.resumeHorizon)")
     .message("spec.idle.resumeHorizon must be longer than 0s and spec.idle.history at least as long, e.g. resumeHorizon: 2h, history: 168h")
     .field_path(".idle.resumeHorizon"))]
+#[x_kube(validation = Rule::new("!has(self.action.inference) || self.action.type == 'ScaleToZero'")
+    .message("spec.action.inference applies to action.type ScaleToZero only: remove it, or set type: ScaleToZero")
+    .field_path(".action.inference"))]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPolicySpec {
     /// `Audit` classifies, warns and reports what it would have done, but never changes a
@@ -281,6 +284,23 @@ pub struct ActionSpec {
     /// At most this many actions per policy per hour, even when hundreds go idle at once.
     #[serde(default = "default_max_per_hour")]
     pub max_per_hour: u32,
+    /// A softer `ScaleToZero` for request-driven inference: a workload whose idle history
+    /// shows short, frequent idle spans (requests come and go; its typical idle span is
+    /// under 16 minutes over at least 20 spans) keeps `minReplicas` replicas serving
+    /// instead of going to zero. Applies to kinds scaled through `/scale` (Deployments,
+    /// StatefulSets, CRDs with a scale subresource); other kinds get the policy's action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference: Option<InferenceAction>,
+}
+
+/// How request-driven inference is reclaimed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceAction {
+    /// Replicas kept serving (at least 1). A workload already at or below it is left
+    /// alone.
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.action.inference.minReplicas must be at least 1 (0 is what action.type ScaleToZero does without this section)"))]
+    pub min_replicas: i32,
 }
 
 /// Reversible actions gpu-reaper can take.
@@ -525,6 +545,7 @@ impl Default for ActionSpec {
             type_: ActionType::ScaleToZero,
             after: default_action_after(),
             max_per_hour: default_max_per_hour(),
+            inference: None,
         }
     }
 }

@@ -43,6 +43,11 @@ pub const WOKEN_AT: &str = "gpureaper.io/woken-at";
 pub struct RestoreRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+    /// Replicas left serving by a scale to a minimum (request-driven inference, the
+    /// policy's `action.inference.minReplicas`); absent: scaled to 0. The owner scaling
+    /// above it means the workload is back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
     /// An annotation the action set (Notebook stop, KServe stop); restoring puts back
@@ -219,31 +224,66 @@ pub async fn act(
     }
 }
 
+/// Whether `ScaleToZero` goes through the `/scale` subresource for this kind (the
+/// kinds below have their own way to stop; everything else is scaled). Pure.
+pub fn scaled_through_subresource(api_version: &str, kind: &str) -> bool {
+    !matches!(
+        (group_of(api_version), kind),
+        ("kubeflow.org", "Notebook")
+            | (
+                "serving.kserve.io",
+                "InferenceService" | "LLMInferenceService"
+            )
+            | ("ray.io", "RayService" | "RayCluster")
+    )
+}
+
 /// Scales the workload to zero the way its kind expects: the Kubeflow Notebook and KServe
 /// stop annotations, a Ray cluster's worker groups, else the `/scale` subresource. Also
-/// what finishes a `pending` restore record a previous run left.
+/// what finishes a `pending` restore record a previous run left (to the replicas it
+/// keeps, for a scale to a minimum).
 pub async fn scale_to_zero(
     client: &Client,
     root: &ObjectInfo,
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
+    if scaled_through_subresource(&root.api_version, &root.kind) {
+        return scale_subresource(client, root, 0, now).await;
+    }
     match (group_of(&root.api_version), root.kind.as_str()) {
         ("kubeflow.org", "Notebook") => stop_notebook(client, root, now).await,
-        ("serving.kserve.io", "InferenceService" | "LLMInferenceService") => {
-            stop_kserve(client, root, now).await
-        }
-        ("ray.io", "RayService" | "RayCluster") => {
-            scale_ray_workers(client, root, now, "ScaleToZero").await
-        }
-        _ => scale_subresource(client, root, now).await,
+        ("ray.io", _) => scale_ray_workers(client, root, now, "ScaleToZero").await,
+        _ => stop_kserve(client, root, now).await,
     }
 }
 
-/// Scales through the `/scale` subresource, recording the replica count first. Whether
-/// the kind has one comes from API discovery, so any CRD that declares it works.
+/// Scales request-driven inference down to `keep` replicas instead of zero (the policy's
+/// `action.inference.minReplicas`), through the `/scale` subresource, with the same
+/// restore record as a scale to zero (`kept` says how many stayed).
+pub async fn scale_to_minimum(
+    client: &Client,
+    root: &ObjectInfo,
+    keep: i32,
+    now: Timestamp,
+) -> Result<Outcome, ActionError> {
+    if !scaled_through_subresource(&root.api_version, &root.kind) {
+        return Ok(Outcome::Unsupported(format!(
+            "{}: a {} is not scaled through /scale, so it cannot keep {keep} replicas",
+            root.key(),
+            root.kind
+        )));
+    }
+    scale_subresource(client, root, keep.max(0), now).await
+}
+
+/// Scales through the `/scale` subresource to `keep` replicas (0: to zero), recording
+/// the replica count first. Whether the kind has one comes from API discovery, so any
+/// CRD that declares it works. A `pending` record a previous run left is finished with
+/// the target it recorded.
 pub async fn scale_subresource(
     client: &Client,
     root: &ObjectInfo,
+    keep: i32,
     now: Timestamp,
 ) -> Result<Outcome, ActionError> {
     let key = root.key();
@@ -268,39 +308,41 @@ pub async fn scale_subresource(
         .map_err(err(format!("reading the scale of {key}")))?;
     let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
     let existing = RestoreRecord::parse(&root.annotations);
-    let replicas = match &existing {
-        // Resuming an action a previous run started: keep the count it recorded.
-        Some(r) if r.state == "pending" => r.replicas.unwrap_or(current),
-        _ if current == 0 => {
+    let (replicas, keep) = match &existing {
+        // Resuming an action a previous run started: keep the counts it recorded.
+        Some(r) if r.state == "pending" => (r.replicas.unwrap_or(current), r.kept.unwrap_or(0)),
+        _ if current <= keep => {
             return Ok(Outcome::AlreadyDone(format!(
-                "{key} already has 0 replicas"
+                "{key} already has {current} replicas"
             )));
         }
         _ => {
             let record = RestoreRecord {
                 replicas: Some(current),
+                kept: (keep > 0).then_some(keep),
                 state: "pending".into(),
                 ..RestoreRecord::default()
             };
             record_restore(client, root, &record, "ScaleToZero", now).await?;
-            current
+            (current, keep)
         }
     };
     api.patch_scale(
         &root.name,
         &pp,
-        &Patch::Merge(&json!({"spec": {"replicas": 0}})),
+        &Patch::Merge(&json!({"spec": {"replicas": keep}})),
     )
     .await
-    .map_err(err(format!("scaling {key} to 0")))?;
+    .map_err(err(format!("scaling {key} to {keep}")))?;
     let done = RestoreRecord {
         replicas: Some(replicas),
+        kept: (keep > 0).then_some(keep),
         state: "done".into(),
         ..RestoreRecord::default()
     };
     mark_done(client, root, &done).await?;
     Ok(Outcome::Done(format!(
-        "scaled {key} from {replicas} replicas to 0"
+        "scaled {key} from {replicas} replicas to {keep}"
     )))
 }
 

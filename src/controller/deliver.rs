@@ -10,6 +10,7 @@
 //!   narrow window, and a warning is never lost silently. Failures are retried with
 //!   exponential backoff (1 min doubling to 1 h, at most [`MAX_ATTEMPTS`]).
 
+use crate::engine::inference::Softer;
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
@@ -157,6 +158,7 @@ pub fn fields(
     policy: &GpuPolicy,
     w: &Workload,
     d: &Decision,
+    softer: &Softer,
     model: &str,
     action_at: Timestamp,
     now: Timestamp,
@@ -215,8 +217,22 @@ pub fn fields(
                 .unwrap_or_default(),
         ),
         ("wasted_usd", format!("{:.2}", d.hourly_usd * idle_hours)),
-        ("action_verb", content::action_verb(&action).to_string()),
-        ("action", action),
+        (
+            "action_verb",
+            match softer {
+                Softer::Keep { keep, why } => {
+                    format!("scale it down to {keep} replica(s) instead of zero, since {why}")
+                }
+                _ => content::action_verb(&action).to_string(),
+            },
+        ),
+        (
+            "action",
+            match softer {
+                Softer::Keep { .. } => "ScaleToMinimum".to_string(),
+                _ => action,
+            },
+        ),
         ("action_at", action_at.to_string()),
         (
             "mode_note",
@@ -266,6 +282,55 @@ mod tests {
 
     fn t(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_message_fields_say_when_request_driven_inference_keeps_replicas() {
+        use crate::engine::model::{Classification, IdleShape, Step, Verdict};
+        let policy: GpuPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
+            "spec": {"mode": "Enforce", "action": {"type": "ScaleToZero", "inference": {"minReplicas": 1}}},
+        }))
+        .unwrap();
+        let root = crate::cluster::inventory::ObjectInfo::from_value(&serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat", "namespace": "ml"}}))
+        .unwrap();
+        let w = Workload {
+            root,
+            pods: Vec::new(),
+            gpus: 4.0,
+            cron_job: None,
+            unwatched_owner: None,
+        };
+        let now = t("2026-11-29T12:00:00Z");
+        let d = Decision {
+            verdict: Verdict {
+                classification: Classification::Idle(IdleShape::MemoryHeld),
+                idle_since: Some(t("2026-11-29T09:00:00Z")),
+                gpu_devices: 4,
+                gpu_share: 4.0,
+                reason: String::new(),
+            },
+            step: Step::Warn,
+            next_step_at: None,
+            reason: String::new(),
+            hourly_usd: 8.0,
+            estimate: None,
+        };
+        let field = |softer: &Softer, name: &str| {
+            fields(&policy, &w, &d, softer, "NVIDIA L4", now, now, "ana", None)[name].clone()
+        };
+        let keep = Softer::Keep {
+            keep: 1,
+            why: "its idle spans are short and frequent".into(),
+        };
+        assert_eq!(field(&keep, "action"), "ScaleToMinimum");
+        assert_eq!(
+            field(&keep, "action_verb"),
+            "scale it down to 1 replica(s) instead of zero, since its idle spans are short and frequent"
+        );
+        assert_eq!(field(&Softer::No, "action"), "ScaleToZero");
+        assert_eq!(field(&Softer::No, "action_verb"), "scale it to zero");
     }
 
     #[test]

@@ -5,10 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
 
+use crate::api::policy::ActionType;
 use crate::api::policy::{self, NamespaceSpend, PolicyMode};
 use crate::api::{GpuPolicy, keys};
-use crate::cluster::actions::WOKEN_AT;
+use crate::cluster::actions::{self, WOKEN_AT};
 use crate::cluster::inventory::{ObjectKey, Workload};
+use crate::engine::inference::{self, Softer};
 use crate::engine::model::{
     Classification, Decision, GpuObservation, LadderState, Step, WorkloadMeta,
 };
@@ -21,6 +23,8 @@ pub struct Planned {
     /// Index into the inventory.
     pub workload: usize,
     pub decision: Decision,
+    /// The softer action for request-driven inference (`action.inference`), if it applies.
+    pub softer: Softer,
 }
 
 /// A policy's plan for this cycle.
@@ -223,9 +227,35 @@ pub fn plan(
                 decision.reason = format!("would {action:?} but {why}");
             }
         }
+        let softer = if policy.spec.action.type_ == ActionType::ScaleToZero {
+            inference::softer(
+                policy
+                    .spec
+                    .action
+                    .inference
+                    .as_ref()
+                    .map(|i| i.min_replicas),
+                actions::scaled_through_subresource(&root.api_version, &root.kind),
+                w.pods.len(),
+                history.get(&key),
+            )
+        } else {
+            Softer::No
+        };
+        if let Softer::AtMinimum { keep, why } = &softer
+            && decision.step != Step::Nothing
+        {
+            decision.step = Step::Nothing;
+            decision.reason = format!(
+                "{}; request-driven inference ({why}) already at {} replica(s), the policy's action.inference.minReplicas of {keep}: nothing to reclaim",
+                decision.reason,
+                w.pods.len()
+            );
+        }
         out.planned.push(Planned {
             workload: i,
             decision,
+            softer,
         });
     }
     let mut refs: Vec<&mut Decision> = out.planned.iter_mut().map(|p| &mut p.decision).collect();
@@ -403,6 +433,114 @@ mod tests {
             );
         }
         (resolve(pods, &HashMap::new()), observations)
+    }
+
+    /// A Deployment `chat` with `replicas` GPU pods, warned 45 minutes ago and idle 2 h.
+    fn chat(replicas: usize) -> (Vec<Workload>, Observations) {
+        let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u", "controller": true}]);
+        let objects = [
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "chat", "namespace": "ml", "creationTimestamp": "2026-11-01T00:00:00Z",
+                                "annotations": {"gpureaper.io/warned-at": "2026-11-29T11:15:00Z"}}}),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                   "metadata": {"name": "chat-7f", "namespace": "ml", "ownerReferences": owner("Deployment", "chat")}}),
+        ]
+        .iter()
+        .map(|v| {
+            let o = crate::cluster::inventory::ObjectInfo::from_value(v).unwrap();
+            (o.key(), o)
+        })
+        .collect();
+        let mut pods = Vec::new();
+        let mut observations = Observations::new();
+        for i in 0..replicas {
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("chat-7f-{i}"), "namespace": "ml", "creationTimestamp": "2026-11-28T12:00:00Z",
+                             "ownerReferences": owner("ReplicaSet", "chat-7f")},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": "Running"},
+            });
+            pods.push(pod_info(&pod, &GpuResources::default(), now()).unwrap());
+            observations.insert(
+                ("ml".into(), format!("chat-7f-{i}"), format!("GPU-{i}")),
+                GpuObservation {
+                    id: format!("GPU-{i}"),
+                    model: "NVIDIA L4".into(),
+                    share: 1.0,
+                    coverage: 1.0,
+                    first_sample_at: Some(now() - SignedDuration::from_hours(24)),
+                    last_busy_at: Some(now() - SignedDuration::from_hours(2)),
+                    ..GpuObservation::default()
+                },
+            );
+        }
+        (resolve(pods, &objects), observations)
+    }
+
+    /// Idle spans of 3 minutes between 10 busy minutes, 30 times, ending 2 h ago.
+    fn chatty(history: &mut Histories<ObjectKey>, key: &ObjectKey) {
+        let minute = SignedDuration::from_mins(1);
+        let mut t = now() - SignedDuration::from_hours(2) - minute * (30 * 13);
+        for _ in 0..30 {
+            for _ in 0..10 {
+                history.busy(key, t, minute);
+                t += minute;
+            }
+            for _ in 0..3 {
+                history.idle(key, t);
+                t += minute;
+            }
+        }
+        history.busy(key, t, minute);
+    }
+
+    #[test]
+    fn request_driven_inference_is_scaled_to_its_minimum_and_left_alone_there() {
+        let mut p = policy();
+        p.spec.action.inference = Some(crate::api::policy::InferenceAction { min_replicas: 1 });
+        let run = |replicas: usize, learnt: bool, p: &GpuPolicy| {
+            let (workloads, observations) = chat(replicas);
+            let mut history = Histories::new(Rules::from_spec(&p.spec).risk);
+            if learnt {
+                chatty(&mut history, &workloads[0].root.key());
+            }
+            plan(
+                p,
+                &[p],
+                &workloads,
+                &HashMap::new(),
+                &by_pod(&observations),
+                &AuditMemory::default(),
+                &mut history,
+                SignedDuration::from_mins(1),
+                now(),
+            )
+            .planned
+            .remove(0)
+        };
+        // Three replicas of a chatty server: act, keeping one.
+        let planned = run(3, true, &p);
+        assert_eq!(planned.decision.step, Step::Act(ActionType::ScaleToZero));
+        match &planned.softer {
+            Softer::Keep { keep: 1, why } => assert!(why.contains("under 4m"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // One replica left: nothing to reclaim, and the reason says so.
+        let planned = run(1, true, &p);
+        assert_eq!(planned.decision.step, Step::Nothing);
+        assert!(
+            planned.decision.reason.contains("already at 1 replica(s)"),
+            "{}",
+            planned.decision.reason
+        );
+        // No rhythm learnt yet, or no inference section: the policy's own action.
+        assert_eq!(run(3, false, &p).softer, Softer::No);
+        assert_eq!(
+            run(1, false, &p).decision.step,
+            Step::Act(ActionType::ScaleToZero)
+        );
+        assert_eq!(run(3, true, &policy()).softer, Softer::No);
     }
 
     /// `policy`'s plan over `n` idle workloads, with `all` the policies in the cluster.

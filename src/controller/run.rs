@@ -31,6 +31,7 @@ use super::lease::Elector;
 use super::plan::{AuditMemory, by_pod, plan};
 use crate::admission::count::GpuResources;
 use crate::api::conditions::{condition, set_condition};
+use crate::api::policy::ActionType;
 use crate::api::policy::Channel;
 use crate::api::policy::{GpuPolicyStatus, PolicyMode, WorkloadCounts};
 use crate::api::{GpuPolicy, keys};
@@ -38,6 +39,7 @@ use crate::cli::ControllerArgs;
 use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
 use crate::cluster::snapshot;
+use crate::engine::inference::Softer;
 use crate::engine::model::{Decision, Step};
 use crate::engine::{Histories, Rules};
 use crate::notify::content::{Kind, Templates};
@@ -445,9 +447,10 @@ impl Controller {
                 );
                 let model = model_of(w, &grouped);
                 if policy.spec.mode == PolicyMode::Enforce && d.step != Step::Warn {
-                    self.retry_deliveries(policy, w, d, &model, now).await;
+                    self.retry_deliveries(policy, w, d, &p.softer, &model, now)
+                        .await;
                 }
-                self.apply(policy, w, d, &model, now).await;
+                self.apply(policy, w, d, &p.softer, &model, now).await;
                 if matches!(d.step, Step::Warn) || w.root.annotations.contains_key(keys::WARNED_AT)
                 {
                     counts.warned += 1;
@@ -522,8 +525,10 @@ impl Controller {
                 continue;
             }
             let record = actions::RestoreRecord::parse(&w.root.annotations);
+            // Replicas a scale to a minimum left serving are not the owner's doing.
+            let kept = record.as_ref().and_then(|r| r.kept).unwrap_or(0);
             let scaled_back = record.is_some_and(|r| r.state == "done" && r.replicas.is_some())
-                && w.pods.iter().any(|p| !p.meta.deleting);
+                && w.pods.iter().filter(|p| !p.meta.deleting).count() > kept.max(0) as usize;
             if !scaled_back || w.root.deleting {
                 continue;
             }
@@ -533,7 +538,7 @@ impl Controller {
                 .await
                 .ok()
                 .and_then(|s| s.spec?.replicas);
-            if replicas.is_some_and(|r| r > 0) {
+            if replicas.is_some_and(|r| r > kept) {
                 let result = actions::forget(&self.client, &w.root, now).await;
                 self.report(&w.root, "RestoredByOwner", result).await;
             }
@@ -560,6 +565,7 @@ impl Controller {
         policy: &GpuPolicy,
         w: &Workload,
         d: &Decision,
+        softer: &Softer,
         model: &str,
         now: Timestamp,
     ) {
@@ -572,8 +578,14 @@ impl Controller {
             Step::Warn => {
                 let rules = Rules::from_spec(&policy.spec);
                 let idle_since = d.verdict.idle_since.unwrap_or(now);
+                let what = match softer {
+                    Softer::Keep { keep, why } => format!(
+                        "scale it down to {keep} replica(s) instead of zero (request-driven inference: {why})"
+                    ),
+                    _ => format!("{:?}", policy.spec.action.type_),
+                };
                 let note = format!(
-                    "{} GPU(s) idle since {idle_since} ({}, {:.2} USD/h). {} will {:?} it from {} unless it is used again or snoozed: kubectl annotate {} {} -n {} {}=<RFC 3339 time>.",
+                    "{} GPU(s) idle since {idle_since} ({}, {:.2} USD/h). {} will {what} it from {} unless it is used again or snoozed: kubectl annotate {} {} -n {} {}=<RFC 3339 time>.",
                     inventory_gpus(w),
                     d.verdict.classification.as_str(),
                     d.hourly_usd,
@@ -582,7 +594,6 @@ impl Controller {
                     } else {
                         "gpu-reaper"
                     },
-                    policy.spec.action.type_,
                     idle_since + rules.action_after,
                     root.kind.to_lowercase(),
                     root.name,
@@ -620,7 +631,16 @@ impl Controller {
                 if !channels.is_empty() {
                     let action_at = idle_since + rules.action_after;
                     let personal = self
-                        .personal_message(policy, w, d, model, Kind::Warning, action_at, now)
+                        .personal_message(
+                            policy,
+                            w,
+                            d,
+                            softer,
+                            model,
+                            Kind::Warning,
+                            action_at,
+                            now,
+                        )
                         .await;
                     let mut delivery = Delivery::start(now, &channels);
                     let due: Vec<String> = delivery.channels.keys().cloned().collect();
@@ -645,7 +665,12 @@ impl Controller {
                     root,
                     Severity::Normal,
                     "WouldReclaim",
-                    format!("Audit mode: would {action:?} now ({reason}); nothing was changed."),
+                    match softer {
+                        Softer::Keep { keep, why } if action == ActionType::ScaleToZero => format!(
+                            "Audit mode: would scale it down to {keep} replica(s) now (request-driven inference: {why}; {reason}); nothing was changed."
+                        ),
+                        _ => format!("Audit mode: would {action:?} now ({reason}); nothing was changed."),
+                    },
                 )
                 .await;
             }
@@ -668,10 +693,25 @@ impl Controller {
                         .inc();
                     return;
                 }
-                let result = actions::act(&self.client, action, root, &w.pods, now).await;
+                let (result, reclaimed) = match softer {
+                    Softer::Keep { keep, .. } if action == ActionType::ScaleToZero => {
+                        // The kept replicas' GPUs stay in use.
+                        let pods = w.pods.len().max(1) as f64;
+                        let share = (pods - f64::from(*keep)).max(0.0) / pods;
+                        (
+                            actions::scale_to_minimum(&self.client, root, *keep, now).await,
+                            share,
+                        )
+                    }
+                    _ => (
+                        actions::act(&self.client, action, root, &w.pods, now).await,
+                        1.0,
+                    ),
+                };
                 let (label, type_, reason_word, note) = match result {
                     Ok(Outcome::Done(s)) => {
-                        self.record_reclaimed(root, w.gpus, d.hourly_usd).await;
+                        self.record_reclaimed(root, w.gpus * reclaimed, d.hourly_usd * reclaimed)
+                            .await;
                         (
                             "done",
                             Severity::Normal,
@@ -704,7 +744,16 @@ impl Controller {
                     let rules = Rules::from_spec(&policy.spec);
                     let action_at = d.verdict.idle_since.unwrap_or(now) + rules.action_after;
                     let mut personal = self
-                        .personal_message(policy, w, d, model, Kind::Reclaimed, action_at, now)
+                        .personal_message(
+                            policy,
+                            w,
+                            d,
+                            softer,
+                            model,
+                            Kind::Reclaimed,
+                            action_at,
+                            now,
+                        )
                         .await;
                     personal.fields.insert("detail", note.clone());
                     personal.rendered = self.templates.render(Kind::Reclaimed, &personal.fields);
@@ -726,6 +775,7 @@ impl Controller {
         policy: &GpuPolicy,
         w: &Workload,
         d: &Decision,
+        softer: &Softer,
         model: &str,
         kind: Kind,
         action_at: Timestamp,
@@ -758,6 +808,7 @@ impl Controller {
             policy,
             w,
             d,
+            softer,
             model,
             action_at,
             now,
@@ -859,6 +910,7 @@ impl Controller {
         policy: &GpuPolicy,
         w: &Workload,
         d: &Decision,
+        softer: &Softer,
         model: &str,
         now: Timestamp,
     ) {
@@ -883,7 +935,7 @@ impl Controller {
         let rules = Rules::from_spec(&policy.spec);
         let action_at = d.verdict.idle_since.unwrap_or(now) + rules.action_after;
         let personal = self
-            .personal_message(policy, w, d, model, Kind::Warning, action_at, now)
+            .personal_message(policy, w, d, softer, model, Kind::Warning, action_at, now)
             .await;
         self.send_personal(policy, root, &personal, &due, &mut delivery, now)
             .await;

@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod classify;
 pub mod cost;
+pub mod inference;
 pub mod ladder;
 pub mod model;
 pub mod risk;

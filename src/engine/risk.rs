@@ -73,7 +73,8 @@ impl Rhythm {
         self as usize
     }
 
-    fn words(self) -> &'static str {
+    /// The class in words, e.g. "a typical idle span under 4m".
+    pub fn words(self) -> &'static str {
         match self {
             Rhythm::Chatty => "a typical idle span under 4m",
             Rhythm::Steady => "a typical idle span of 4–16m",

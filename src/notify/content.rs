@@ -47,7 +47,10 @@ pub const FIELDS: &[(&str, &str)] = &[
     ),
     ("hourly_usd", "what its GPUs cost per hour"),
     ("wasted_usd", "what the idle time has cost so far"),
-    ("action", "ScaleToZero, Suspend or Evict"),
+    (
+        "action",
+        "ScaleToZero, Suspend or Evict (ScaleToMinimum: request-driven inference keeps replicas)",
+    ),
     (
         "action_verb",
         "what the action does in words (scale it to zero…)",
