@@ -53,6 +53,13 @@ pub struct ControllerArgs {
     /// Scrape interval of the DCGM exporter (Go duration): coverage is counted against it.
     #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s")]
     pub scrape_interval: String,
+    /// How much activity history to replay from Prometheus when a policy is first
+    /// evaluated (start-up, new leader, new policy), so the resumption-risk estimate and
+    /// the request-driven-inference test start informed (Go duration; 0s: learn from the
+    /// cycles alone). Only for policies that use them (`idle.maxResumeRisk`,
+    /// `action.inference`); capped at the policy's `idle.history`.
+    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h")]
+    pub history_backfill: String,
     /// Plain-HTTP address serving /metrics, /healthz and /readyz.
     #[arg(long, env = "GPU_REAPER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: String,

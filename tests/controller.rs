@@ -461,6 +461,128 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
     assert!(out.stdout.is_empty());
 }
 
+/// A request-driven inference server: `ml/serve` (Deployment, 3 replicas of 1 GPU) busy
+/// 10 minutes and idle 3, for 26 hours, then idle. Each `controller --once` is a fresh
+/// process: what it knows of the server's rhythm it learns by backfilling the last 24
+/// hours from Prometheus, so the policy's `action.inference` scales it down to one
+/// replica — warned first, saying so — instead of to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_controller_backfills_the_rhythm_and_scales_request_driven_inference_to_its_minimum()
+ {
+    let mut history = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
+    for r in 0..3 {
+        for m in 0..=(29 * 60) {
+            let v = if m < 26 * 60 && m % 13 < 10 { 0.7 } else { 0.0 };
+            let _ = writeln!(
+                history,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{r}\",UUID=\"GPU-serve-{r}\",modelName=\"NVIDIA L4\",Hostname=\"n1\",namespace=\"ml\",pod=\"serve-6d-{r}\",container=\"main\"}} {v} {}",
+                t0() + m * 60
+            );
+        }
+    }
+    history.push_str("# EOF\n");
+    let prometheus = prometheus_with("controller-backfill", history.as_bytes());
+    let sim = KubeSim::start().await.unwrap();
+    for ns in ["ml", "gpu-reaper"] {
+        sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .unwrap();
+    }
+    let created = at(-10);
+    let limits = json!({"limits": {"nvidia.com/gpu": "1"}});
+    sim.seed(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "serve", "namespace": "ml", "creationTimestamp": created, "labels": {"app": "serve"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "serve"}},
+                 "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": limits}]}}}}))
+        .unwrap();
+    sim.seed(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "serve-6d", "namespace": "ml", "creationTimestamp": created,
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "uid": "u-d", "controller": true}]},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "serve"}},
+                 "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0"}]}}}}))
+        .unwrap();
+    for r in 0..3 {
+        sim.seed(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("serve-6d-{r}"), "namespace": "ml", "creationTimestamp": created, "labels": {"app": "serve"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "serve-6d", "uid": "u-rs", "controller": true}]},
+            "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": limits}]},
+            "status": {"phase": "Running", "startTime": created}}))
+            .unwrap();
+    }
+    kubectl(&sim, &["apply", "-f", CRDS], None).await;
+    let policy = r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata: {name: inference}
+spec:
+  mode: Enforce
+  idle: {window: 30m, startupGrace: 20m, minCoverage: 0.8}
+  warn: {after: 30m}
+  action: {type: ScaleToZero, after: 60m, maxPerHour: 20, inference: {minReplicas: 1}}
+"#;
+    kubectl(&sim, &["apply", "-f", "-"], Some(policy)).await;
+    let s = Setup { sim, prometheus };
+    // Idle since 26:00; warned at 26:45.
+    let (ok, log) = cycle(&s, 26 * 60 + 45, "a").await;
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("idle-span history backfilled from Prometheus"),
+        "{log}"
+    );
+    let events = events_for(&s, "serve");
+    let warning = events
+        .iter()
+        .find(|(r, _)| r == "IdleGpus")
+        .unwrap_or_else(|| panic!("{events:?}\n{log}"));
+    assert!(
+        warning.1.contains("will scale it down to 1 replica(s) instead of zero (request-driven inference: its idle spans are short and frequent (a typical idle span under 4m)"),
+        "{warning:?}"
+    );
+    assert_eq!(deployment_of(&s, "serve")["spec"]["replicas"], 3);
+    // An hour later: scaled to one replica, not zero; the record keeps all three.
+    let (ok, log) = cycle(&s, 27 * 60 + 50, "a").await;
+    assert!(ok, "{log}");
+    let after = deployment_of(&s, "serve");
+    assert_eq!(after["spec"]["replicas"], 1, "{log}");
+    let record: Value = serde_json::from_str(
+        after["metadata"]["annotations"]["gpureaper.io/restore"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record, json!({"replicas": 3, "kept": 1, "state": "done"}));
+    assert!(
+        events_for(&s, "serve").iter().any(|(r, n)| r == "Reclaimed"
+            && n.contains("scaled ml/Deployment/serve from 3 replicas to 1")),
+        "{:?}",
+        events_for(&s, "serve")
+    );
+    // `--history-backfill 0s` turns the replay off (the cycles then learn on their own).
+    let out = tokio::process::Command::new(BIN)
+        .args([
+            "controller",
+            "--once",
+            "--now",
+            &at(26 * 60 + 45),
+            "--history-backfill",
+            "0s",
+        ])
+        .args([
+            "--prometheus-url",
+            &s.prometheus.url,
+            "--scrape-interval",
+            "1m",
+        ])
+        .args(["--identity", "a", "--lease-duration", "15s"])
+        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .env("RUST_LOG", "info")
+        .output()
+        .await
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(!log.contains("backfilled"), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_acts() {
     let s = setup("lease", "Enforce").await;

@@ -2,6 +2,7 @@
 //! telemetry) → plan (pure, the engine backtest replays) → act (scale, suspend, evict,
 //! warn) → status, by the Lease holder only.
 
+pub mod backfill;
 pub mod caches;
 pub mod deliver;
 pub mod lease;

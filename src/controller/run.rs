@@ -246,6 +246,8 @@ struct Controller {
     caches: Option<super::caches::Caches>,
     source: PrometheusSource,
     scrape_interval: i64,
+    /// Activity history replayed into a policy's idle spans when it is first evaluated.
+    history_backfill: SignedDuration,
     selector_labels: crate::telemetry::trace::WorkloadLabels,
     resources: GpuResources,
     audit: AuditMemory,
@@ -399,14 +401,19 @@ impl Controller {
             };
             let grouped = by_pod(&observations);
             // Idle spans are remembered per policy; a change of its estimate's settings
-            // starts them over.
-            let history = self
+            // starts them over. A policy evaluated for the first time here (start-up, new
+            // leader, new policy) replays recent history first.
+            if self
                 .histories
-                .entry(name.clone())
-                .or_insert_with(|| Histories::new(rules.risk));
-            if history.params() != rules.risk {
-                *history = Histories::new(rules.risk);
+                .get(&name)
+                .is_none_or(|h| h.params() != rules.risk)
+            {
+                let mut fresh = Histories::new(rules.risk);
+                self.backfill(policy, &rules, &workloads, &mut fresh, now)
+                    .await;
+                self.histories.insert(name.clone(), fresh);
             }
+            let history = self.histories.get_mut(&name).expect("inserted above");
             let resolution = self
                 .last_evaluation
                 .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))
@@ -486,6 +493,45 @@ impl Controller {
         self.last_evaluation = Some(now);
         self.metrics.cycle.observe(started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// Replays the last `--history-backfill` of activity (at most the policy's
+    /// `idle.history`) into `history`, for policies that use it. A failure is logged and
+    /// the cycles learn on their own: the fixed durations decide meanwhile.
+    async fn backfill(
+        &self,
+        policy: &GpuPolicy,
+        rules: &Rules,
+        workloads: &[Workload],
+        history: &mut Histories<ObjectKey>,
+        now: Timestamp,
+    ) {
+        let spec = &policy.spec;
+        let uses = spec.idle.max_resume_risk.is_some() || spec.action.inference.is_some();
+        let span = self.history_backfill.min(rules.risk.lookback);
+        if !uses || span <= SignedDuration::ZERO {
+            return;
+        }
+        let name = policy.metadata.name.as_deref().unwrap_or_default();
+        let options = crate::telemetry::trace::ReadOptions {
+            workload_labels: self.selector_labels.clone(),
+            step_seconds: 60,
+            skip_unknown_metrics: true,
+        };
+        let from = (now - span).as_second();
+        match self
+            .source
+            .fetch_families(from, now.as_second(), &super::backfill::FAMILIES, &options)
+            .await
+        {
+            Ok(trace) => {
+                let added = super::backfill::feed(history, &trace, workloads, rules, now);
+                tracing::info!(policy = name, from = %(now - span), workloads = added.workloads, spans = added.spans, "idle-span history backfilled from Prometheus");
+            }
+            Err(e) => {
+                tracing::warn!(policy = name, error = %e, "could not backfill the idle-span history; learning it from the cycles");
+            }
+        }
     }
 
     /// What is due whatever the telemetry says: `gpureaper.io/wake=true` requests, actions
@@ -1195,6 +1241,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         .as_secs()
         .max(1);
     let lease_duration = parse_duration("lease-duration", &args.lease_duration)?;
+    let history_backfill = parse_duration("history-backfill", &args.history_backfill)?;
     let fixed_now = match &args.now {
         Some(t) => Some(t.parse::<Timestamp>().map_err(|e| Error::InvalidArgument {
             flag: "now",
@@ -1282,6 +1329,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             caches,
             source,
             scrape_interval: scrape,
+            history_backfill,
             selector_labels: workload_labels(&args.prometheus),
             resources: settings.resources,
             audit: load_audit_memory(&client, &args.lease_namespace, &audit_configmap).await,

@@ -236,12 +236,24 @@ impl PrometheusSource {
         to: i64,
         options: &ReadOptions,
     ) -> Result<Trace, PrometheusError> {
+        self.fetch_families(from, to, KNOWN_METRICS, options).await
+    }
+
+    /// As [`Self::fetch_trace`], for some of the families only (e.g. the activity the
+    /// controller's start-up backfill needs).
+    pub async fn fetch_families(
+        &self,
+        from: i64,
+        to: i64,
+        families: &[&str],
+        options: &ReadOptions,
+    ) -> Result<Trace, PrometheusError> {
         let chunk = (self.config.chunk.as_secs() as i64).max(60);
         let mut builder = TraceBuilder::new(&ReadOptions {
             skip_unknown_metrics: true,
             ..options.clone()
         });
-        for family in KNOWN_METRICS {
+        for family in families {
             // A range selector covers (end - range, end]: start one second early so a
             // sample exactly at `from` is included.
             let mut end = from - 1;
@@ -259,7 +271,7 @@ impl PrometheusSource {
         }
         builder.finish(&self.config.url).map_err(|e| PrometheusError {
             url: self.config.url.clone(),
-            query: format!("{{__name__=~\"{}\"}}", KNOWN_METRICS.join("|")),
+            query: format!("{{__name__=~\"{}\"}}", families.join("|")),
             message: format!(
                 "no samples between {} and {}: {} (is the DCGM exporter scraped, and is the time range right?)",
                 jiff::Timestamp::from_second(from).map(|t| t.to_string()).unwrap_or_default(),
