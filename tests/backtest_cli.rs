@@ -320,3 +320,100 @@ fn the_svg_timeline_is_written_and_marks_the_action() {
         "action mark with its time"
     );
 }
+
+fn migprofiler(name: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/traces"
+    ))
+    .join(format!(
+        "migprofiler__A100-40g__{name}__dcgm_GRACT_FBUSD_1s.csv"
+    ))
+}
+
+/// The real MIGProfiler traces (`dcgmi dmon` at 1 s on an A100: two inference and two
+/// fine-tuning runs of 1–7 h with pauses of a minute or two between experiments and
+/// exporter gaps of up to 11 minutes) are busy work: neither gpu-reaper's bundled policy
+/// nor a fixed 30-minute rule may warn or act on them.
+#[test]
+fn the_real_migprofiler_traces_are_busy_work_and_nothing_is_warned_or_reclaimed() {
+    for name in ["finetune_moco", "finetune_vit", "infer_bsz", "infer_seq"] {
+        let path = migprofiler(name);
+        let o = run(&[
+            "backtest",
+            "--trace",
+            path.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let s = &v["summary"];
+        assert_eq!(s["workloads"], 1, "{name}: {s}");
+        assert_eq!(s["warnings"], 0, "{name}: {s}");
+        assert_eq!(s["actions"], 0, "{name}: {s}");
+        assert_eq!(s["idle_gpu_hours"], 0.0, "{name}: {s}");
+        assert!(s["gpu_hours"].as_f64().unwrap() > 0.8, "{name}: {s}");
+        let w = &v["workloads"][0];
+        assert_eq!(w["namespace"], "dmon");
+        assert_eq!(w["kind"], "Pod");
+    }
+}
+
+/// A real inference run followed by two hours of the same GPU holding its weights with
+/// no work (the rows a `dcgmi dmon` would print): idle from the last real busy sample,
+/// warned 30 minutes and reclaimed 60 minutes later (the bundled policy), as MemoryHeld.
+#[test]
+fn a_real_trace_with_an_idle_tail_is_warned_and_reclaimed_from_its_last_busy_sample() {
+    let real = std::fs::read_to_string(migprofiler("infer_seq")).unwrap();
+    let (mut last_busy, mut last) = (0i64, 0i64);
+    for row in real.lines().skip(1) {
+        let cells: Vec<&str> = row.split(',').collect();
+        let t: i64 = cells[3].parse().unwrap();
+        if cells[1].parse::<f64>().unwrap() >= 0.05 {
+            last_busy = t;
+        }
+        last = t;
+    }
+    let mut text = real.clone();
+    for t in (last + 1..last + 2 * 3600).step_by(5) {
+        let _ = writeln!(text, "0,0.000,3392,{t}");
+    }
+    let path = tmp("infer_seq_idle_tail.csv", &text);
+    let o = run(&[
+        "backtest",
+        "--trace",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = &v["workloads"][0];
+    // The weights stay in memory: the idle tail is MemoryHeld, about 1.5 h of it before
+    // the trace ends (the half hour after the last busy sample is still in the window).
+    let held = w["gpu_hours_by_class"]["Idle/MemoryHeld"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!((1.4..=1.6).contains(&held), "{w}");
+    let at = |field: &str| {
+        w[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("{field} missing: {w}"))
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_second()
+    };
+    let minutes_after_busy = |t: i64| (t - last_busy) as f64 / 60.0;
+    let warned = minutes_after_busy(at("warned_at"));
+    let acted = minutes_after_busy(at("acted_at"));
+    // One-minute steps: the idle clock starts at the minute of the last busy sample.
+    assert!(
+        (29.0..=31.0).contains(&warned),
+        "warned {warned} min after the last busy sample"
+    );
+    assert!(
+        (59.0..=61.0).contains(&acted),
+        "acted {acted} min after the last busy sample"
+    );
+}

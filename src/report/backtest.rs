@@ -333,11 +333,22 @@ pub fn load_trace(path: Option<&Path>, options: &ReadOptions) -> Result<Trace> {
             } else {
                 Box::new(reader)
             };
-            Ok(read_trace(
-                BufReader::with_capacity(1 << 20, input),
-                &p.display().to_string(),
-                options,
-            )?)
+            let mut input = BufReader::with_capacity(1 << 20, input);
+            let source = p.display().to_string();
+            // A `dcgmi dmon` CSV export (e.g. MIGProfiler's traces) instead of OpenMetrics.
+            let head = input.fill_buf().map_err(|source| Error::Io {
+                path: p.to_path_buf(),
+                source,
+            })?;
+            if crate::telemetry::dmon::is_dmon_header(
+                head.split(|&b| b == b'\n').next().unwrap_or(head),
+            ) {
+                let identity = crate::telemetry::dmon::DmonIdentity::for_file(&source);
+                return Ok(crate::telemetry::dmon::read_dmon(
+                    input, &source, options, &identity,
+                )?);
+            }
+            Ok(read_trace(input, &source, options)?)
         }
     }
 }

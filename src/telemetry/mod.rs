@@ -2,6 +2,7 @@
 //! exporter and kube-state-metrics series) read by a streaming parser, and the trace they
 //! form. The live Prometheus source joins this room.
 
+pub mod dmon;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod promql;
