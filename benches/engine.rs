@@ -144,6 +144,35 @@ fn backtest_throughput(c: &mut Criterion) {
     g.bench_function("replay_200_gpus_1_day", |b| {
         b.iter(|| black_box(backtest::run("bench", &spec, &trace, &bt).summary.actions))
     });
+    // The controller's start-up backfill of one policy's idle-span history over the same
+    // day (the Prometheus read aside): 50 workloads of 4 GPUs.
+    let now = jiff::Timestamp::from_second(T0 + minutes * 60).unwrap();
+    let pods = (0..gpus / 4)
+        .map(|n| {
+            let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("job-{n}-0"), "namespace": "team", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+                "status": {"phase": "Running"}});
+            gpu_reaper::cluster::inventory::pod_info(&pod, &Default::default(), now).unwrap()
+        })
+        .collect();
+    let workloads = gpu_reaper::cluster::inventory::resolve(pods, &Default::default());
+    let rules = gpu_reaper::engine::Rules::from_spec(&spec);
+    g.bench_function("backfill_feed_200_gpus_1_day", |b| {
+        b.iter(|| {
+            let mut history = gpu_reaper::engine::Histories::new(rules.risk);
+            black_box(
+                gpu_reaper::controller::backfill::feed(
+                    &mut history,
+                    &trace,
+                    &workloads,
+                    &rules,
+                    now,
+                )
+                .spans,
+            )
+        })
+    });
     g.finish();
 }
 
