@@ -112,16 +112,7 @@ mod tests {
             }
         }
         s.push_str("# EOF\n");
-        read_trace(
-            s.as_bytes(),
-            "test",
-            &ReadOptions {
-                workload_labels: Default::default(),
-                step_seconds: 60,
-                skip_unknown_metrics: false,
-            },
-        )
-        .unwrap()
+        read_trace(s.as_bytes(), "test", &ReadOptions::default()).unwrap()
     }
 
     fn workloads() -> Vec<Workload> {

@@ -400,6 +400,33 @@ mod tests {
         .unwrap()
     }
 
+    /// A one-GPU pod `ml/name` created a day ago, with `meta` merged into its metadata.
+    fn gpu_pod(name: &str, meta: serde_json::Value) -> crate::cluster::inventory::PodInfo {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "creationTimestamp": "2026-11-28T12:00:00Z"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running"},
+        });
+        for (k, v) in meta.as_object().into_iter().flatten() {
+            pod["metadata"][k] = v.clone();
+        }
+        pod_info(&pod, &GpuResources::default(), now()).unwrap()
+    }
+
+    /// GPU `i`, fully observed for a day, last busy `idle_for` ago.
+    fn idle_gpu(i: usize, idle_for: SignedDuration) -> GpuObservation {
+        GpuObservation {
+            id: format!("GPU-{i}"),
+            model: "NVIDIA L4".into(),
+            share: 1.0,
+            coverage: 1.0,
+            first_sample_at: Some(now() - SignedDuration::from_hours(24)),
+            last_busy_at: Some(now() - idle_for),
+            ..GpuObservation::default()
+        }
+    }
+
     /// `n` bare GPU pods created a day ago, warned 45 minutes ago, idle for 2 hours.
     fn idle_fleet(n: usize, reaped: usize) -> (Vec<Workload>, Observations) {
         let mut pods = Vec::new();
@@ -409,27 +436,12 @@ mod tests {
             if i < reaped {
                 annotations["gpureaper.io/reaped-at"] = json!("2026-11-29T11:50:00Z");
             }
-            let pod = json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("nb-{i:03}"), "namespace": "ml", "creationTimestamp": "2026-11-28T12:00:00Z",
-                             "annotations": annotations},
-                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-                "status": {"phase": "Running"},
-            });
-            pods.push(pod_info(&pod, &GpuResources::default(), now()).unwrap());
+            let name = format!("nb-{i:03}");
+            pods.push(gpu_pod(&name, json!({"annotations": annotations})));
+            let idle_for = SignedDuration::from_hours(2) + SignedDuration::from_mins(i as i64);
             observations.insert(
-                ("ml".into(), format!("nb-{i:03}"), format!("GPU-{i}")),
-                GpuObservation {
-                    id: format!("GPU-{i}"),
-                    model: "NVIDIA L4".into(),
-                    share: 1.0,
-                    coverage: 1.0,
-                    first_sample_at: Some(now() - SignedDuration::from_hours(24)),
-                    last_busy_at: Some(
-                        now() - SignedDuration::from_hours(2) - SignedDuration::from_mins(i as i64),
-                    ),
-                    ..GpuObservation::default()
-                },
+                ("ml".into(), name, format!("GPU-{i}")),
+                idle_gpu(i, idle_for),
             );
         }
         (resolve(pods, &HashMap::new()), observations)
@@ -454,25 +466,14 @@ mod tests {
         let mut pods = Vec::new();
         let mut observations = Observations::new();
         for i in 0..replicas {
-            let pod = json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("chat-7f-{i}"), "namespace": "ml", "creationTimestamp": "2026-11-28T12:00:00Z",
-                             "ownerReferences": owner("ReplicaSet", "chat-7f")},
-                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-                "status": {"phase": "Running"},
-            });
-            pods.push(pod_info(&pod, &GpuResources::default(), now()).unwrap());
+            let name = format!("chat-7f-{i}");
+            pods.push(gpu_pod(
+                &name,
+                json!({"ownerReferences": owner("ReplicaSet", "chat-7f")}),
+            ));
             observations.insert(
-                ("ml".into(), format!("chat-7f-{i}"), format!("GPU-{i}")),
-                GpuObservation {
-                    id: format!("GPU-{i}"),
-                    model: "NVIDIA L4".into(),
-                    share: 1.0,
-                    coverage: 1.0,
-                    first_sample_at: Some(now() - SignedDuration::from_hours(24)),
-                    last_busy_at: Some(now() - SignedDuration::from_hours(2)),
-                    ..GpuObservation::default()
-                },
+                ("ml".into(), name, format!("GPU-{i}")),
+                idle_gpu(i, SignedDuration::from_hours(2)),
             );
         }
         (resolve(pods, &objects), observations)

@@ -614,16 +614,7 @@ mod tests {
             "kube_pod_owner{{namespace=\"research\",pod=\"nb-alice-0\",owner_kind=\"StatefulSet\",owner_name=\"nb-alice\",owner_is_controller=\"true\"}} 1 {t0}"
         );
         s.push_str("# EOF\n");
-        crate::telemetry::trace::read_trace(
-            s.as_bytes(),
-            "test",
-            &ReadOptions {
-                workload_labels: Default::default(),
-                step_seconds: 60,
-                skip_unknown_metrics: false,
-            },
-        )
-        .unwrap()
+        crate::telemetry::trace::read_trace(s.as_bytes(), "test", &ReadOptions::default()).unwrap()
     }
 
     /// What the API server holds: a Notebook above the StatefulSet, a Deployment above

@@ -190,19 +190,11 @@ pub fn read_dmon<R: BufRead>(
 mod tests {
     use super::*;
 
-    fn options() -> ReadOptions {
-        ReadOptions {
-            workload_labels: Default::default(),
-            step_seconds: 60,
-            skip_unknown_metrics: false,
-        }
-    }
-
     fn read(text: &str) -> Result<Trace, TraceError> {
         read_dmon(
             text.as_bytes(),
             "t.csv",
-            &options(),
+            &ReadOptions::default(),
             &DmonIdentity::for_file("dir/Run_A100__x.csv"),
         )
     }

@@ -167,6 +167,17 @@ pub struct ReadOptions {
     pub skip_unknown_metrics: bool,
 }
 
+impl Default for ReadOptions {
+    /// One-minute steps, detected workload labels, unknown metric families refused.
+    fn default() -> Self {
+        Self {
+            workload_labels: WorkloadLabels::default(),
+            step_seconds: 60,
+            skip_unknown_metrics: false,
+        }
+    }
+}
+
 enum Target {
     Gpu(usize, Metric),
     Pod(usize, PodMetric),
