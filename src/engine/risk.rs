@@ -40,11 +40,11 @@ use super::model::IdleShape;
 pub enum Basis {
     /// The workload's own idle spans.
     Own,
-    /// Idle spans of the workloads of the same shape and rhythm under the policy; with an
-    /// hour, only those that began in the same hours of the day (UTC) as this one.
+    /// Idle spans of the workloads of the same shape and rhythm under the policy; with
+    /// hours, only those that began in the same quarter of the day (UTC) as this one.
     Rhythm(IdleShape, Rhythm, Option<Hours>),
-    /// Idle spans of all workloads of the same shape under the policy; with an hour, only
-    /// those that began in the same hours of the day as this one.
+    /// Idle spans of all workloads of the same shape under the policy; with hours, only
+    /// those that began in the same quarter of the day as this one.
     Peers(IdleShape, Option<Hours>),
 }
 
@@ -314,7 +314,8 @@ pub struct Histories<K> {
     /// Bucket count: one per minute of the lookback, plus one for longer spans.
     buckets: usize,
     by_workload: HashMap<K, IdleHistory>,
-    /// Spans by shape, shape and rhythm, and each of these by the hours they began in.
+    /// Spans by shape, shape and rhythm, and each of these by the quarter of the day they
+    /// began in.
     pool: HashMap<PoolKey, Pool>,
 }
 
@@ -514,8 +515,10 @@ impl<K: Eq + Hash + Clone> Histories<K> {
     }
 
     /// The resumption risk of `key`, idle in `shape` for `idle_for`: from its own spans,
-    /// else those of its shape and rhythm, else those of its shape. None when none of
-    /// them has `min_spans` qualifying cases.
+    /// else the pooled spans (finished, and the other workloads' in progress) of its shape
+    /// and rhythm that began in the same quarter of the day as its span in progress, else
+    /// of its shape in that quarter, else of its shape and rhythm, else of its shape.
+    /// None when none of them has `min_spans` qualifying cases.
     pub fn estimate(
         &self,
         key: &K,
