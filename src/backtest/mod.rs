@@ -269,6 +269,8 @@ pub fn run(
                         ..LadderState::default()
                     };
                 } else {
+                    // Known not busy while reclaimed: the idle span in progress runs on.
+                    history.idle(&wi, now);
                     // Reclaimed time was idle time: it counts in both.
                     *w.class_steps.entry(class).or_default() += 1;
                     let share = w.share_hint();

@@ -16,11 +16,15 @@
 //!
 //! i.e. among past idle spans that lasted longer than this one has so far, the share that
 //! ended within the horizon `h`. Censored spans count only when they are known to have
-//! outlasted `t + h`. The workload's own spans are used when at least `minIdleSpans` of
-//! them qualify; else the spans of the workloads of the same policy, idle shape and
-//! rhythm (the class of their median idle span: a chatty server does not borrow a sparse
-//! one's pauses); else those of the same shape (a young workload, with no rhythm yet,
-//! borrows its peers'); else there is no estimate and the
+//! outlasted `t + h`; so do the spans still in progress of the other workloads (a retired
+//! server's, one acted on that has not come back), censored at their last idle
+//! observation. The workload's own spans are used when at least `minIdleSpans` of them
+//! qualify; else the pooled spans of the workloads of the same policy and idle shape, in
+//! this order: of the same rhythm (the class of their median idle span: a chatty server
+//! does not borrow a sparse one's pauses) that began in the same quarter of the day (UTC)
+//! as this span; of any rhythm that began in that quarter (an evening pause is like other
+//! evening pauses); of the same rhythm at any hour; of any rhythm at any hour (a young
+//! workload, with no rhythm yet, borrows its peers'); else there is no estimate and the
 //! policy's fixed durations decide.
 
 use std::collections::{HashMap, VecDeque};
@@ -36,10 +40,41 @@ use super::model::IdleShape;
 pub enum Basis {
     /// The workload's own idle spans.
     Own,
-    /// Idle spans of the workloads of the same shape and rhythm under the policy.
-    Rhythm(IdleShape, Rhythm),
-    /// Idle spans of all workloads of the same shape under the policy.
-    Peers(IdleShape),
+    /// Idle spans of the workloads of the same shape and rhythm under the policy; with
+    /// hours, only those that began in the same quarter of the day (UTC) as this one.
+    Rhythm(IdleShape, Rhythm, Option<Hours>),
+    /// Idle spans of all workloads of the same shape under the policy; with hours, only
+    /// those that began in the same quarter of the day as this one.
+    Peers(IdleShape, Option<Hours>),
+}
+
+/// A quarter of the day (UTC) in which idle spans began: six hours from `first` o'clock
+/// (0, 6, 12 or 18). An office-hours server's pauses that begin in the evening last the
+/// night; its pauses in the working day end soon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hours {
+    pub first: u8,
+}
+
+/// Hours per slice of the day. Measured with `backtest --sweep` (docs/decision-quality.md):
+/// 1, 3, 4 and 6 all help; 6 spreads the cases least thin and gave the best frontier.
+const SLICE_HOURS: u8 = 6;
+
+impl Hours {
+    fn of(at: Timestamp) -> Self {
+        let hour = (at.as_second().rem_euclid(86_400) / 3600) as u8;
+        Self {
+            first: hour - hour % SLICE_HOURS,
+        }
+    }
+
+    fn words(self) -> String {
+        format!(
+            "{:02}:00–{:02}:00 UTC",
+            self.first,
+            (self.first + SLICE_HOURS) % 24
+        )
+    }
 }
 
 /// A workload's rhythm: the length class of its typical (median) finished idle span.
@@ -114,18 +149,31 @@ impl Estimate {
     /// "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of
     /// 40 cases (5 %)".
     pub fn sentence(&self) -> String {
-        let spans = match self.basis {
-            Basis::Own => "this workload's idle spans".to_string(),
-            Basis::Rhythm(shape, rhythm) => format!(
-                "idle spans of {} workloads with {}",
-                shape.as_str(),
-                rhythm.words()
+        let (spans, hours) = match self.basis {
+            Basis::Own => ("this workload's idle spans".to_string(), None),
+            Basis::Rhythm(shape, rhythm, hours) => (
+                format!(
+                    "idle spans of {} workloads with {}",
+                    shape.as_str(),
+                    rhythm.words()
+                ),
+                hours,
             ),
-            Basis::Peers(shape) => format!("{} workloads' idle spans", shape.as_str()),
+            Basis::Peers(shape, hours) => {
+                (format!("{} workloads' idle spans", shape.as_str()), hours)
+            }
+        };
+        // Conditioned on the hours: say so, and which.
+        let longer = match hours {
+            Some(h) => format!(
+                "that began in {} as this one did and lasted longer than",
+                h.words()
+            ),
+            None => "longer than".to_string(),
         };
         let t = human(self.idle_for);
         format!(
-            "idle {t}; {spans} longer than {t} ended within {} in {} of {} cases ({:.0} %)",
+            "idle {t}; {spans} {longer} {t} ended within {} in {} of {} cases ({:.0} %)",
             human(self.horizon),
             self.resumed,
             self.longer,
@@ -145,6 +193,8 @@ pub struct RiskParams {
 /// A finished idle span.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Span {
+    /// When it began (the last busy instant).
+    began: Timestamp,
     /// When it ended (resumed or stopped being observed), Unix seconds.
     ended_at: i64,
     /// Seconds from the last busy instant to the resumption (or to the last idle
@@ -265,9 +315,12 @@ pub struct Histories<K> {
     /// Bucket count: one per minute of the lookback, plus one for longer spans.
     buckets: usize,
     by_workload: HashMap<K, IdleHistory>,
-    /// Spans by shape, and by shape and rhythm.
-    pool: HashMap<(IdleShape, Option<Rhythm>), Pool>,
+    /// Spans by shape, shape and rhythm, and each of these by the quarter of the day they
+    /// began in.
+    pool: HashMap<PoolKey, Pool>,
 }
+
+type PoolKey = (IdleShape, Option<Rhythm>, Option<Hours>);
 
 impl<K: Eq + Hash + Clone> Histories<K> {
     pub fn new(params: RiskParams) -> Self {
@@ -306,7 +359,13 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let Some(shape) = span.shape else { return };
         let b = self.bucket(span.length);
         let n = self.buckets;
-        let keys = [Some((shape, None)), span.rhythm.map(|r| (shape, Some(r)))];
+        let hours = Hours::of(span.began);
+        let keys = [
+            Some((shape, None, None)),
+            span.rhythm.map(|r| (shape, Some(r), None)),
+            Some((shape, None, Some(hours))),
+            span.rhythm.map(|r| (shape, Some(r), Some(hours))),
+        ];
         for key in keys.into_iter().flatten() {
             let pool = self.pool.entry(key).or_insert_with(|| Pool {
                 resumed: Buckets::new(n),
@@ -352,6 +411,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                 self.push(
                     key,
                     Span {
+                        began: from,
                         ended_at: at.as_second(),
                         length: length.as_secs(),
                         resumed: true,
@@ -384,6 +444,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         self.push(
             key,
             Span {
+                began: from,
                 ended_at: at.as_second(),
                 length: to.duration_since(from).as_secs(),
                 resumed: false,
@@ -430,9 +491,35 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         }
     }
 
+    /// Spans still in progress in the pool `pool_key`, other than `key`'s, observed idle
+    /// for at least `seconds`: censored cases that already outlasted `t + h`. Without them
+    /// the pools would lack exactly the longest spans — a retired server's, or one acted
+    /// on that has not come back — and overstate the risk of long idleness.
+    fn open_longer(&self, key: &K, pool_key: PoolKey, seconds: i64) -> i64 {
+        let (shape, rhythm, hours) = pool_key;
+        let mut n = 0;
+        for (k, w) in &self.by_workload {
+            let (Some(from), Some(to)) = (w.last_busy, w.last_idle) else {
+                continue;
+            };
+            if w.shape != Some(shape)
+                || k == key
+                || to.duration_since(from).as_secs() < seconds
+                || rhythm.is_some_and(|r| w.rhythm() != Some(r))
+                || hours.is_some_and(|h| Hours::of(from) != h)
+            {
+                continue;
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// The resumption risk of `key`, idle in `shape` for `idle_for`: from its own spans,
-    /// else those of its shape and rhythm, else those of its shape. None when none of
-    /// them has `min_spans` qualifying cases.
+    /// else the pooled spans (finished, and the other workloads' in progress) of its shape
+    /// and rhythm that began in the same quarter of the day as its span in progress, else
+    /// of its shape in that quarter, else of its shape and rhythm, else of its shape.
+    /// None when none of them has `min_spans` qualifying cases.
     pub fn estimate(
         &self,
         key: &K,
@@ -454,27 +541,43 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                 return Some(make(counts, Basis::Own));
             }
         }
-        let rhythm = self.by_workload.get(key).and_then(IdleHistory::rhythm);
+        let own = self.by_workload.get(key);
+        let rhythm = own.and_then(IdleHistory::rhythm);
+        // The hours of the day this span began in (its last busy instant).
+        let hours = own.and_then(|w| w.last_busy).map(Hours::of);
+        // The hours of the day come before the rhythm: a pause that began in the evening is
+        // more like other evening pauses than like the same rhythm's pauses at any hour.
         let candidates = [
-            rhythm.map(|r| ((shape, Some(r)), Basis::Rhythm(shape, r))),
-            Some(((shape, None), Basis::Peers(shape))),
+            rhythm.zip(hours).map(|(r, hr)| {
+                (
+                    (shape, Some(r), Some(hr)),
+                    Basis::Rhythm(shape, r, Some(hr)),
+                )
+            }),
+            hours.map(|hr| ((shape, None, Some(hr)), Basis::Peers(shape, Some(hr)))),
+            rhythm.map(|r| ((shape, Some(r), None), Basis::Rhythm(shape, r, None))),
+            Some(((shape, None, None), Basis::Peers(shape, None))),
         ];
         for (pool_key, basis) in candidates.into_iter().flatten() {
-            let Some(pool) = self.pool.get(&pool_key) else {
-                continue;
-            };
             // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
             let tb = self.bucket(t);
             let thb = self.bucket(t + h);
-            let longer_resumed = pool.resumed.total() - pool.resumed.prefix(tb);
-            let resumed = pool.resumed.prefix(thb) - pool.resumed.prefix(tb);
-            let censored = match thb {
-                0 => pool.censored.total(),
-                b => pool.censored.total() - pool.censored.prefix(b - 1),
+            let (resumed, longer_resumed, censored) = match self.pool.get(&pool_key) {
+                Some(pool) => (
+                    pool.resumed.prefix(thb) - pool.resumed.prefix(tb),
+                    pool.resumed.total() - pool.resumed.prefix(tb),
+                    match thb {
+                        0 => pool.censored.total(),
+                        b => pool.censored.total() - pool.censored.prefix(b - 1),
+                    },
+                ),
+                // No finished span yet: only spans in progress can count.
+                None => (0, 0, 0),
             };
+            let open = self.open_longer(key, pool_key, t + h);
             let counts = (
                 u32::try_from(resumed).unwrap_or(u32::MAX),
-                u32::try_from(longer_resumed + censored).unwrap_or(u32::MAX),
+                u32::try_from(longer_resumed + censored + open).unwrap_or(u32::MAX),
             );
             if counts.1 >= min {
                 return Some(make(counts, basis));
@@ -543,7 +646,7 @@ mod tests {
             .estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
             .unwrap();
         assert_eq!((e.resumed, e.longer), (0, 4));
-        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
+        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
         assert!(
             h.estimate(&2, IdleShape::Unused, SignedDuration::from_hours(1))
                 .is_none()
@@ -568,14 +671,16 @@ mod tests {
             let (r2, l2) = b.counts(d.as_secs(), 7200);
             // A workload with no spans of its own gets the pool: both workloads' spans.
             let e = h.estimate(&3, IdleShape::MemoryHeld, d).unwrap();
-            assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
+            assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
             assert_eq!((e.resumed, e.longer), (r1 + r2, l1 + l2), "idle {idle}m");
         }
     }
 
     #[test]
     fn a_chatty_workload_borrows_the_long_pauses_of_chatty_peers_not_of_sparse_ones() {
-        let mut h = Histories::new(params(5));
+        // Nine cases needed: no quarter of the day holds that many long pauses (at most
+        // eight), so the rhythm at any hour decides.
+        let mut h = Histories::new(params(9));
         let mut chatty: Vec<i64> = vec![3; 30];
         chatty.extend([300; 12]); // its long pauses last 5 hours
         let mut sparse: Vec<i64> = vec![30; 30];
@@ -590,7 +695,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             e.basis,
-            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty)
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, None)
         );
         assert_eq!((e.resumed, e.longer), (0, 12));
         assert_eq!(
@@ -601,7 +706,7 @@ mod tests {
         let e = h
             .estimate(&4, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
             .unwrap();
-        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld));
+        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
         assert_eq!((e.resumed, e.longer), (12, 24));
     }
 
@@ -651,6 +756,159 @@ mod tests {
             h.estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_mins(30))
                 .is_none()
         );
+    }
+
+    /// 2023-11-15 plus `day` days, at `hour`:`min` UTC.
+    fn clock(day: i64, hour: i64, min: i64) -> Timestamp {
+        Timestamp::from_second(1_700_006_400 + day * 86_400 + hour * 3600 + min * 60).unwrap()
+    }
+
+    /// Busy every minute from `from` to `to`, both included.
+    fn busy_through(h: &mut Histories<u32>, key: u32, from: Timestamp, to: Timestamp) {
+        let mut at = from;
+        while at <= to {
+            h.busy(&key, at, STEP);
+            at += STEP;
+        }
+    }
+
+    /// Idle every minute strictly between `from` and `to`.
+    fn idle_between(h: &mut Histories<u32>, key: u32, from: Timestamp, to: Timestamp) {
+        let mut at = from + STEP;
+        while at < to {
+            h.idle(&key, at);
+            at += STEP;
+        }
+    }
+
+    /// Six days of an office-hours server: a 90-minute lunch pause from 12:30, which ends
+    /// within the horizon once it has lasted an hour, and a night from 19:00 to 07:00.
+    fn office_hours(h: &mut Histories<u32>, key: u32) {
+        h.set_shape(&key, IdleShape::MemoryHeld);
+        for d in 0..6 {
+            busy_through(h, key, clock(d, 7, 0), clock(d, 12, 30));
+            idle_between(h, key, clock(d, 12, 30), clock(d, 14, 0));
+            busy_through(h, key, clock(d, 14, 0), clock(d, 19, 0));
+            idle_between(h, key, clock(d, 19, 0), clock(d + 1, 7, 0));
+        }
+        h.busy(&key, clock(6, 7, 0), STEP);
+    }
+
+    /// `key` went idle at `since`: what its estimate is after `idle_for`.
+    fn ask(h: &mut Histories<u32>, key: u32, since: Timestamp, idle_for: i64) -> Option<Estimate> {
+        h.set_shape(&key, IdleShape::MemoryHeld);
+        h.unobserved(&key, since); // after a gap: what came before starts no span
+        h.busy(&key, since, STEP);
+        h.idle(&key, since + SignedDuration::from_mins(idle_for));
+        h.estimate(
+            &key,
+            IdleShape::MemoryHeld,
+            SignedDuration::from_mins(idle_for),
+        )
+    }
+
+    #[test]
+    fn an_evening_pause_borrows_the_pauses_that_began_in_the_same_quarter_of_the_day() {
+        let mut h = Histories::new(params(3));
+        office_hours(&mut h, 1);
+        assert_eq!(h.spans(), 12);
+        // Idle for an hour since 19:00: the six nights began 18:00–00:00 and lasted.
+        let e = ask(&mut h, 2, clock(6, 19, 0), 60).unwrap();
+        assert_eq!(
+            e.basis,
+            Basis::Peers(IdleShape::MemoryHeld, Some(Hours { first: 18 }))
+        );
+        assert_eq!((e.resumed, e.longer), (0, 6));
+        assert_eq!(
+            e.sentence(),
+            "idle 1h; MemoryHeld workloads' idle spans that began in 18:00–00:00 UTC as this one did and lasted longer than 1h ended within 2h in 0 of 6 cases (0 %)"
+        );
+        // Idle for an hour since 12:30: the six lunch pauses all ended within the horizon.
+        let e = ask(&mut h, 3, clock(6, 12, 30), 60).unwrap();
+        assert_eq!(
+            e.basis,
+            Basis::Peers(IdleShape::MemoryHeld, Some(Hours { first: 12 }))
+        );
+        assert_eq!((e.resumed, e.longer), (6, 6));
+        // Without the hours, both would get the whole day: 6 of 12.
+        let mut whole_day = Histories::new(params(7));
+        office_hours(&mut whole_day, 1);
+        let e = ask(&mut whole_day, 2, clock(6, 19, 0), 60).unwrap();
+        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
+        assert_eq!((e.resumed, e.longer), (6, 12));
+    }
+
+    #[test]
+    fn too_few_pauses_in_this_quarter_of_the_day_fall_back_to_the_rhythm_at_any_hour() {
+        let mut h = Histories::new(params(5));
+        // A chatty workload whose long pauses (5 h) all began around 22:00.
+        busy_through(&mut h, 1, clock(0, 0, 0), clock(0, 0, 0));
+        h.set_shape(&1, IdleShape::MemoryHeld);
+        let mut at = clock(0, 0, 0);
+        for _ in 0..30 {
+            idle_between(&mut h, 1, at, at + SignedDuration::from_mins(3));
+            at += SignedDuration::from_mins(3);
+            h.busy(&1, at, STEP);
+        }
+        for d in 0..6 {
+            let from = clock(d, 22, 0);
+            busy_through(&mut h, 1, at, from);
+            idle_between(&mut h, 1, from, from + SignedDuration::from_hours(5));
+            at = from + SignedDuration::from_hours(5);
+            h.busy(&1, at, STEP);
+        }
+        assert_eq!(h.get(&1).unwrap().rhythm(), Some(Rhythm::Chatty));
+        // Another chatty workload, idle an hour since 22:00: its rhythm at that hour.
+        feed(&mut h, 2, 0, &[3; 30]);
+        let e = ask(&mut h, 2, clock(6, 22, 0), 60).unwrap();
+        let evening = Some(Hours { first: 18 });
+        assert_eq!(
+            e.basis,
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, evening)
+        );
+        assert_eq!((e.resumed, e.longer), (0, 6));
+        // Idle an hour since 10:00: no long pause began 06:00–12:00, nor any of any
+        // rhythm: the rhythm's pauses at any hour decide.
+        feed(&mut h, 3, 0, &[3; 30]);
+        let e = ask(&mut h, 3, clock(6, 10, 0), 60).unwrap();
+        assert_eq!(
+            e.basis,
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, None)
+        );
+        assert_eq!((e.resumed, e.longer), (0, 6));
+    }
+
+    #[test]
+    fn a_span_still_in_progress_elsewhere_counts_once_it_outlasted_the_horizon() {
+        let mut h = Histories::new(params(1));
+        // Workload 1 went idle at minute 0 and is still idle five hours later (retired).
+        h.set_shape(&1, IdleShape::MemoryHeld);
+        h.busy(&1, t(0), STEP);
+        for m in 1..=300 {
+            h.idle(&1, t(m));
+        }
+        // Another workload, idle an hour, with no history: that span outlasted 1h + 2h.
+        let e = h
+            .estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .unwrap();
+        assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
+        assert_eq!((e.resumed, e.longer), (0, 1));
+        // Idle 4h: it was seen idle to 5h, not to 6h: unknown.
+        assert!(
+            h.estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(4))
+                .is_none()
+        );
+        // A workload's own span in progress is no case for itself.
+        assert!(
+            h.estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+                .is_none()
+        );
+        // Once it resumes it is a finished span, counted once.
+        h.busy(&1, t(301), STEP);
+        let e = h
+            .estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer), (0, 1));
     }
 
     #[test]
