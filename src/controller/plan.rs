@@ -265,14 +265,10 @@ pub fn plan(
         .iter()
         .map(|p| workloads[p.workload].root.key())
         .collect();
-    for p in out
-        .planned
-        .iter()
-        .filter(|p| p.decision.step.changes_workload())
-    {
-        // Acted on: its GPUs go away, the rest of this idle span is not seen.
-        history.unobserved(&workloads[p.workload].root.key(), now);
-    }
+    // A workload acted on keeps its idle span open: once its GPUs are gone it is no
+    // longer governed, so `prune` runs the span on (known not busy) until the owner
+    // brings it back busy, and the span's full length — the action's regret or not — is
+    // learnt, as backtest does.
     history.prune(now, |k| governed.contains(k));
     out
 }
@@ -494,6 +490,53 @@ mod tests {
             }
         }
         history.busy(key, t, minute);
+    }
+
+    /// The span an action cuts short stays open while the workload is gone and closes,
+    /// resumed, when the owner brings it back busy: the controller learns its regrets.
+    #[test]
+    fn an_idle_span_cut_by_an_action_is_learnt_when_the_workload_comes_back() {
+        let p = policy();
+        let mut history = Histories::new(Rules::from_spec(&p.spec).risk);
+        let (workloads, observations) = chat(1);
+        let cycle = |history: &mut Histories<ObjectKey>,
+                     workloads: &[Workload],
+                     observations: &Observations,
+                     at: Timestamp| {
+            plan(
+                &p,
+                &[&p],
+                workloads,
+                &HashMap::new(),
+                &by_pod(observations),
+                &AuditMemory::default(),
+                history,
+                SignedDuration::from_mins(30),
+                at,
+            )
+        };
+        let acted = cycle(&mut history, &workloads, &observations, now());
+        assert_eq!(
+            acted.planned[0].decision.step,
+            Step::Act(ActionType::ScaleToZero)
+        );
+        assert_eq!(history.spans(), 0, "the span is still open");
+        // Scaled to zero: no pods, nothing governed.
+        cycle(
+            &mut history,
+            &[],
+            &Observations::new(),
+            now() + SignedDuration::from_mins(30),
+        );
+        assert_eq!(history.spans(), 0, "still open while it is gone");
+        // Back and busy an hour after the action.
+        let back = now() + SignedDuration::from_hours(1);
+        let mut busy = observations.clone();
+        for o in busy.values_mut() {
+            o.last_busy_at = Some(back);
+        }
+        cycle(&mut history, &workloads, &busy, back);
+        assert_eq!(history.spans(), 1, "closed, resumed, when it came back");
     }
 
     #[test]
