@@ -303,9 +303,7 @@ fn meta_info(
     kind: &str,
     m: &PartialObjectMeta<DynamicObject>,
 ) -> Option<ObjectInfo> {
-    let mut v = serde_json::to_value(&m.metadata).ok()?;
-    let meta = v.take();
-    ObjectInfo::from_value(&json!({"apiVersion": api_version, "kind": kind, "metadata": meta}))
+    ObjectInfo::from_meta(api_version, kind, &m.metadata)
 }
 
 impl Controller {
@@ -587,8 +585,19 @@ impl Controller {
         workloads: &[Workload],
         now: Timestamp,
     ) {
-        let mut sorted: Vec<&ObjectInfo> = owners.values().collect();
-        sorted.sort_by_key(|o| o.key());
+        // Only the few roots with a wake request or a pending restore record are sorted:
+        // sorting every owner by a freshly built key (four strings per comparison) was a
+        // tenth of a cycle at 50,000 pods.
+        let mut sorted: Vec<&ObjectInfo> = owners
+            .values()
+            .filter(|o| {
+                !o.deleting
+                    && (o.annotations.get(keys::WAKE).map(String::as_str) == Some("true")
+                        || actions::RestoreRecord::parse(&o.annotations)
+                            .is_some_and(|r| r.state == "pending"))
+            })
+            .collect();
+        sorted.sort_by_cached_key(|o| o.key());
         let mut handled = std::collections::HashSet::new();
         for root in sorted {
             if root.deleting {
@@ -1229,6 +1238,21 @@ fn personal_notifiers(
     Ok(out)
 }
 
+/// Hands the memory a cycle freed back to the system. A cycle allocates ≈ 100 MiB that
+/// it frees again at 10,000 GPUs (Prometheus answers, their vectors, the inventory);
+/// glibc keeps freed memory in per-thread arenas, so without this the resident size
+/// stayed ≈ 120 MiB above what the caches hold (docs/performance.md, "Controller at
+/// scale"). `malloc_trim` walks every arena and returns their free pages; it costs a few
+/// milliseconds once per cycle.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages of glibc's own heaps; it touches no
+    // memory the program holds.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Runs the controller until SIGTERM (or one cycle with `--once`).
 pub fn run(args: &ControllerArgs) -> Result<()> {
     let interval = parse_duration("interval", &args.interval)?.unsigned_abs();
@@ -1434,6 +1458,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                     )
                     .await;
                 }
+                release_free_memory();
                 match result {
                     Ok(()) => ready.store(true, Ordering::Relaxed),
                     Err(e) => {
