@@ -755,11 +755,19 @@ async fn wrapped_pid(parent: u32, bin: &Path) -> u32 {
     let bin = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_path_buf());
     let ppid = |pid: u32| -> Option<u32> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
     };
     for _ in 0..200 {
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok())
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
             else {
                 continue;
             };

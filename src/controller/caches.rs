@@ -159,7 +159,10 @@ fn gpu_parts(pod: &Pod) -> Option<GpuPodParts> {
             status.insert("phase".into(), phase.as_str().into());
         }
         if let Some(t) = &s.start_time {
-            status.insert("startTime".into(), serde_json::to_value(t).unwrap_or_default());
+            status.insert(
+                "startTime".into(),
+                serde_json::to_value(t).unwrap_or_default(),
+            );
         }
         if let Some(cs) = &s.container_statuses {
             let waiting = |c: &k8s_openapi::api::core::v1::ContainerStatus| {

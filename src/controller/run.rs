@@ -1238,21 +1238,6 @@ fn personal_notifiers(
     Ok(out)
 }
 
-/// Hands the memory a cycle freed back to the system. A cycle allocates ≈ 100 MiB that
-/// it frees again at 10,000 GPUs (Prometheus answers, their vectors, the inventory);
-/// glibc keeps freed memory in per-thread arenas, so without this the resident size
-/// stayed ≈ 120 MiB above what the caches hold (docs/performance.md, "Controller at
-/// scale"). `malloc_trim` walks every arena and returns their free pages; it costs a few
-/// milliseconds once per cycle.
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free pages of glibc's own heaps; it touches no
-    // memory the program holds.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// Runs the controller until SIGTERM (or one cycle with `--once`).
 pub fn run(args: &ControllerArgs) -> Result<()> {
     let interval = parse_duration("interval", &args.interval)?.unsigned_abs();
@@ -1407,6 +1392,11 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         let mut was_leading = false;
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The watches' initial list rang for every policy; the first cycle sees them all
+        // anyway. Left stored, that ring started a second cycle right after the first.
+        if let Some(changed) = &policy_changed {
+            let _ = futures::FutureExt::now_or_never(changed.notified());
+        }
         loop {
             // Every interval, and as soon as a GpuPolicy changes.
             match &policy_changed {
@@ -1458,7 +1448,6 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                     )
                     .await;
                 }
-                release_free_memory();
                 match result {
                     Ok(()) => ready.store(true, Ordering::Relaxed),
                     Err(e) => {
