@@ -586,8 +586,8 @@ impl Controller {
         now: Timestamp,
     ) {
         // Only the few roots with a wake request or a pending restore record are sorted:
-        // sorting every owner by a freshly built key (four strings per comparison) was a
-        // tenth of a cycle at 50,000 pods.
+        // sorting every owner by a freshly built key (four strings per comparison) was
+        // 7 % of the cycle CPU at 50,000 pods (perf).
         let mut sorted: Vec<&ObjectInfo> = owners
             .values()
             .filter(|o| {
