@@ -749,6 +749,46 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// The descendant of `parent` that runs `bin` (a wrapper's child), waiting up to 10 s for
+/// it; `parent` itself when none shows up.
+async fn wrapped_pid(parent: u32, bin: &Path) -> u32 {
+    let bin = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_path_buf());
+    let ppid = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    for _ in 0..200 {
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let mut up = Some(pid);
+            let mut below = false;
+            while let Some(p) = up.filter(|&p| p > 1) {
+                if p == parent {
+                    below = pid != parent;
+                    break;
+                }
+                up = ppid(p);
+            }
+            if below && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == bin) {
+                return pid;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    parent
+}
+
 /// (VmRSS, VmHWM) of a process, MiB.
 pub fn rss_mib(pid: u32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -914,7 +954,21 @@ pub async fn run(
     let baseline = sim.accesses().len();
     let interval = format!("{}ms", scenario.interval.as_millis());
     let spawned = Instant::now();
-    let mut child: Child = Command::new(bin)
+    // SCALE_CONTROLLER_WRAPPER="heaptrack -o /tmp/c" (split on whitespace) runs the
+    // controller under a profiler; the measured pid is then the controller found below
+    // the wrapper, not the wrapper itself.
+    let wrapper: Vec<String> = std::env::var("SCALE_CONTROLLER_WRAPPER")
+        .map(|w| w.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child: Child = command
         .args(["--log-format", "json", "controller"])
         .args(["--prometheus-url", &prometheus])
         .args(["--interval", &interval, "--scrape-interval", "30s"])
@@ -931,7 +985,11 @@ pub async fn run(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()?;
-    let pid = child.id();
+    let pid = if wrapper.is_empty() {
+        child.id()
+    } else {
+        wrapped_pid(child.id(), bin).await
+    };
     let marks = Arc::new(Mutex::new(LogMarks::default()));
     {
         let marks = marks.clone();
@@ -972,6 +1030,18 @@ pub async fn run(
         log,
     )
     .await;
+    if !wrapper.is_empty() {
+        // Let the controller exit on its own so the profiler writes its output.
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        for _ in 0..600 {
+            if child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
     if let Ok(m) = &mut result {

@@ -115,6 +115,43 @@ impl ObjectInfo {
     }
 }
 
+impl ObjectInfo {
+    /// From typed metadata: what [`Self::from_value`] reads of the same object's JSON
+    /// (timestamps to the second, as the API serialises them), without building it.
+    pub fn from_meta(
+        api_version: &str,
+        kind: &str,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<Self> {
+        let seconds = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
+            Timestamp::from_second(t.0.as_second()).ok()
+        };
+        Some(Self {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone()?,
+            owner: meta.owner_references.as_ref().and_then(|refs| {
+                refs.iter()
+                    .find(|r| r.controller == Some(true))
+                    .map(|r| OwnerRef {
+                        api_version: r.api_version.clone(),
+                        kind: r.kind.clone(),
+                        name: r.name.clone(),
+                    })
+            }),
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            created_at: meta
+                .creation_timestamp
+                .as_ref()
+                .and_then(seconds)
+                .unwrap_or(Timestamp::UNIX_EPOCH),
+            deleting: meta.deletion_timestamp.is_some(),
+        })
+    }
+}
+
 /// A pod that holds GPUs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
@@ -199,11 +236,32 @@ pub fn pod_info_with_claims(
     claims: &ClaimGpus,
     now: Timestamp,
 ) -> Option<PodInfo> {
-    let meta = ObjectInfo::from_value(pod)?;
+    pod_info_from_parts(
+        ObjectInfo::from_value(pod)?,
+        &pod["spec"],
+        &pod["status"],
+        resources,
+        templates,
+        claims,
+        now,
+    )
+}
+
+/// As [`pod_info_with_claims`], from the pod's metadata already read and its `spec` and
+/// `status` as JSON (of which only what this function reads needs to be there).
+pub fn pod_info_from_parts(
+    meta: ObjectInfo,
+    spec: &serde_json::Value,
+    status: &serde_json::Value,
+    resources: &GpuResources,
+    templates: &dyn count::ClaimTemplates,
+    claims: &ClaimGpus,
+    now: Timestamp,
+) -> Option<PodInfo> {
     let (mut gpus, _) =
-        count::pod_spec_gpus(&pod["spec"], "spec", &meta.namespace, resources, templates).ok()?;
+        count::pod_spec_gpus(spec, "spec", &meta.namespace, resources, templates).ok()?;
     let mut named_claims: Vec<(String, f64)> = Vec::new();
-    for name in named_claim_names(&pod["spec"]) {
+    for name in named_claim_names(spec) {
         let Some(g) = claims
             .get(&(meta.namespace.clone(), name.to_string()))
             .copied()
@@ -219,7 +277,6 @@ pub fn pod_info_with_claims(
     if gpus <= 0.0 {
         return None;
     }
-    let status = &pod["status"];
     let phase = match status["phase"].as_str() {
         Some("Running") => PodPhase::Running,
         Some("Succeeded") => PodPhase::Succeeded,

@@ -9,7 +9,6 @@ use jiff::Timestamp;
 use kube::api::{ApiResource, ListParams};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::{Api, Client};
-use serde_json::json;
 
 use super::inventory::{self, ObjectInfo, ObjectKey, PodInfo};
 use crate::admission::count::GpuResources;
@@ -46,9 +45,7 @@ pub fn meta_info(
     kind: &str,
     m: &PartialObjectMeta<DynamicObject>,
 ) -> Option<ObjectInfo> {
-    let mut v = serde_json::to_value(&m.metadata).ok()?;
-    let meta = v.take();
-    ObjectInfo::from_value(&json!({"apiVersion": api_version, "kind": kind, "metadata": meta}))
+    ObjectInfo::from_meta(api_version, kind, &m.metadata)
 }
 
 /// Every pod that claims GPUs (devices, DRA claim templates and named claims counted as

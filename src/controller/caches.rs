@@ -27,7 +27,7 @@ use crate::cluster::inventory::{self, ClaimGpus, ObjectInfo, ObjectKey, PodInfo}
 
 /// The stores a cycle reads.
 pub struct Caches {
-    pods: Store<Pod>,
+    pods: Store<StoredPod>,
     owners: Vec<(ApiResource, Store<PartialObjectMeta<DynamicObject>>)>,
     policies: Store<GpuPolicy>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -67,42 +67,149 @@ where
     });
 }
 
-/// Drops what the inventory never reads, so 50,000 pods stay small in memory. A pod
-/// that claims no GPU keeps only its name and namespace: whether a pod claims GPUs
-/// cannot change (extended resources and resource claims are immutable in a pod spec),
-/// and most pods of a cluster claim none.
-fn prune(pod: &mut Pod) {
-    if !claims_gpus(pod) {
-        *pod = Pod {
+/// A pod as the pod store keeps it: only what the inventory reads, so 50,000 pods stay
+/// small in memory and a cycle reads them without converting whole pods. Each pod of a
+/// list page or watch event is read as a typed [`Pod`] and reduced at once. A pod that
+/// claims no GPU keeps only its name, namespace and resourceVersion (which the watcher
+/// reads): whether a pod claims GPUs cannot change (extended resources and resource
+/// claims are immutable in a pod spec), and most pods of a cluster claim none.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(from = "Pod")]
+pub struct StoredPod {
+    metadata: kube::api::ObjectMeta,
+    /// `None` for a pod that claims no GPU.
+    gpu: Option<Arc<GpuPodParts>>,
+}
+
+/// What [`inventory::pod_info_from_parts`] reads of a GPU pod.
+#[derive(Debug)]
+struct GpuPodParts {
+    meta: ObjectInfo,
+    /// `containers` and `initContainers` (each with `resources` and `restartPolicy`
+    /// only) and `resourceClaims`, as the API writes them.
+    spec: serde_json::Value,
+    /// `phase`, `startTime` and each container's `state.waiting.reason`.
+    status: serde_json::Value,
+}
+
+impl From<Pod> for StoredPod {
+    fn from(pod: Pod) -> Self {
+        let gpu = claims_gpus(&pod)
+            .then(|| gpu_parts(&pod))
+            .flatten()
+            .map(Arc::new);
+        let m = pod.metadata;
+        Self {
             metadata: kube::api::ObjectMeta {
-                name: pod.metadata.name.take(),
-                namespace: pod.metadata.namespace.take(),
+                name: m.name,
+                namespace: m.namespace,
+                resource_version: m.resource_version,
                 ..Default::default()
             },
-            ..Default::default()
-        };
-        return;
-    }
-    pod.metadata.managed_fields = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.affinity = None;
-        spec.tolerations = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.command = None;
-            c.args = None;
-            c.ports = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
+            gpu,
         }
+    }
+}
+
+/// The parts of a GPU pod the inventory reads; `None` without a name.
+fn gpu_parts(pod: &Pod) -> Option<GpuPodParts> {
+    use serde_json::{Map, Value};
+    let meta = ObjectInfo::from_meta("v1", "Pod", &pod.metadata)?;
+    let container = |resources: &Option<_>, restart_policy: &Option<String>| {
+        let mut c = Map::new();
+        if let Some(r) = resources {
+            c.insert(
+                "resources".into(),
+                serde_json::to_value::<&k8s_openapi::api::core::v1::ResourceRequirements>(r)
+                    .unwrap_or_default(),
+            );
+        }
+        if let Some(p) = restart_policy {
+            c.insert("restartPolicy".into(), p.as_str().into());
+        }
+        Value::Object(c)
+    };
+    let mut spec = Map::new();
+    if let Some(s) = &pod.spec {
+        spec.insert(
+            "containers".into(),
+            s.containers
+                .iter()
+                .map(|c| container(&c.resources, &c.restart_policy))
+                .collect(),
+        );
+        if let Some(init) = &s.init_containers {
+            spec.insert(
+                "initContainers".into(),
+                init.iter()
+                    .map(|c| container(&c.resources, &c.restart_policy))
+                    .collect(),
+            );
+        }
+        if let Some(claims) = &s.resource_claims {
+            spec.insert(
+                "resourceClaims".into(),
+                serde_json::to_value(claims).unwrap_or_default(),
+            );
+        }
+    }
+    let mut status = Map::new();
+    if let Some(s) = &pod.status {
+        if let Some(phase) = &s.phase {
+            status.insert("phase".into(), phase.as_str().into());
+        }
+        if let Some(t) = &s.start_time {
+            status.insert(
+                "startTime".into(),
+                serde_json::to_value(t).unwrap_or_default(),
+            );
+        }
+        if let Some(cs) = &s.container_statuses {
+            let waiting = |c: &k8s_openapi::api::core::v1::ContainerStatus| {
+                let reason = c.state.as_ref()?.waiting.as_ref()?.reason.clone()?;
+                Some(serde_json::json!({"state": {"waiting": {"reason": reason}}}))
+            };
+            status.insert(
+                "containerStatuses".into(),
+                cs.iter()
+                    .map(|c| waiting(c).unwrap_or_else(|| Value::Object(Map::new())))
+                    .collect(),
+            );
+        }
+    }
+    Some(GpuPodParts {
+        meta,
+        spec: if pod.spec.is_some() {
+            Value::Object(spec)
+        } else {
+            Value::Null
+        },
+        status: if pod.status.is_some() {
+            Value::Object(status)
+        } else {
+            Value::Null
+        },
+    })
+}
+
+impl k8s_openapi::Resource for StoredPod {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::Metadata for StoredPod {
+    type Ty = kube::api::ObjectMeta;
+
+    fn metadata(&self) -> &Self::Ty {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut Self::Ty {
+        &mut self.metadata
     }
 }
 
@@ -191,7 +298,7 @@ impl Caches {
         let (pods, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
-            watcher(Api::<Pod>::all(client.clone()), config.clone()).modify(prune),
+            watcher(Api::<StoredPod>::all(client.clone()), config.clone()),
         )
         .default_backoff();
         drive("pods", stream, None);
@@ -333,28 +440,33 @@ impl Caches {
             template_objects.iter().map(|t| t.as_ref()),
             resources,
         );
-        let candidates: Vec<_> = self
+        let candidates: Vec<Arc<GpuPodParts>> = self
             .pods
             .state()
-            .into_iter()
-            .filter(|p| claims_gpus(p))
+            .iter()
+            .filter_map(|p| p.gpu.clone())
             .collect();
         let claims = self.named_claims(&candidates, resources);
         let pods = candidates
             .iter()
-            .filter_map(|p| serde_json::to_value(p.as_ref()).ok())
-            .filter_map(|v| {
-                inventory::pod_info_with_claims(&v, resources, &templates, &claims, now)
+            .filter_map(|p| {
+                inventory::pod_info_from_parts(
+                    p.meta.clone(),
+                    &p.spec,
+                    &p.status,
+                    resources,
+                    &templates,
+                    &claims,
+                    now,
+                )
             })
             .collect();
         let mut owners = HashMap::new();
         for (resource, store) in &self.owners {
             for m in store.state() {
-                let Ok(meta) = serde_json::to_value(&m.metadata) else {
-                    continue;
-                };
-                let value = serde_json::json!({"apiVersion": resource.api_version, "kind": resource.kind, "metadata": meta});
-                if let Some(info) = ObjectInfo::from_value(&value) {
+                if let Some(info) =
+                    ObjectInfo::from_meta(&resource.api_version, &resource.kind, &m.metadata)
+                {
                     owners.insert(info.key(), info);
                 }
             }
@@ -382,17 +494,17 @@ impl Caches {
 
 impl Caches {
     /// The GPUs of the ResourceClaims that `pods` name directly; only those are counted.
-    fn named_claims(&self, pods: &[Arc<Pod>], resources: &GpuResources) -> ClaimGpus {
+    fn named_claims(&self, pods: &[Arc<GpuPodParts>], resources: &GpuResources) -> ClaimGpus {
         let Some(store) = &self.claims else {
             return ClaimGpus::new();
         };
         let named: Vec<Arc<ResourceClaim>> = pods
             .iter()
             .filter_map(|p| {
-                let ns = p.metadata.namespace.as_deref()?;
-                let claims = p.spec.as_ref()?.resource_claims.as_ref()?;
+                let ns = p.meta.namespace.as_str();
+                let claims = p.spec["resourceClaims"].as_array()?;
                 Some(claims.iter().filter_map(move |c| {
-                    let name = c.resource_claim_name.as_deref()?;
+                    let name = c["resourceClaimName"].as_str()?;
                     store.get(&ObjectRef::new(name).within(ns))
                 }))
             })
@@ -440,26 +552,112 @@ mod tests {
 
     #[test]
     fn pods_without_gpus_are_kept_as_names_only() {
-        let pod = |limits: serde_json::Value| -> Pod {
+        let pod = |limits: serde_json::Value| -> StoredPod {
             serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "a"}},
+                "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "a"},
+                             "resourceVersion": "7"},
                 "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
                 "status": {"phase": "Running"},
             }))
             .unwrap()
         };
-        let mut cpu = pod(serde_json::json!({"cpu": "4"}));
-        prune(&mut cpu);
+        let cpu = pod(serde_json::json!({"cpu": "4"}));
         assert_eq!(cpu.metadata.name.as_deref(), Some("p"));
         assert_eq!(cpu.metadata.namespace.as_deref(), Some("ml"));
-        assert!(cpu.spec.is_none() && cpu.status.is_none() && cpu.metadata.labels.is_none());
-        let mut gpu = pod(serde_json::json!({"nvidia.com/gpu": "1"}));
-        prune(&mut gpu);
-        assert!(
-            claims_gpus(&gpu),
-            "a GPU pod keeps what the inventory reads"
+        assert_eq!(
+            cpu.metadata.resource_version.as_deref(),
+            Some("7"),
+            "the watcher reads it"
         );
-        assert_eq!(gpu.status.unwrap().phase.as_deref(), Some("Running"));
+        assert!(cpu.gpu.is_none() && cpu.metadata.labels.is_none());
+        let gpu = pod(serde_json::json!({"nvidia.com/gpu": "1"}));
+        let parts = gpu.gpu.expect("a GPU pod keeps what the inventory reads");
+        assert_eq!(parts.status["phase"], "Running");
+        assert_eq!(parts.meta.labels["app"], "a");
+    }
+
+    #[test]
+    fn a_stored_gpu_pod_reads_as_the_whole_pod_does() {
+        use crate::cluster::inventory::{ClaimGpus, pod_info_with_claims};
+        let resources = GpuResources::default();
+        let now: jiff::Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+        let claims: ClaimGpus = [(("ml".to_string(), "shared".to_string()), 2.0)].into();
+        let pods = [
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "name": "train-0", "namespace": "ml", "uid": "u1", "resourceVersion": "9",
+                    "creationTimestamp": "2026-11-30T10:00:00Z",
+                    "labels": {"app": "train", "team": "a"},
+                    "annotations": {"gpureaper.io/owner": "a@example.com"},
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Thing", "name": "other", "uid": "x"},
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                         "uid": "j", "controller": true},
+                    ],
+                    "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+                },
+                "spec": {
+                    "initContainers": [
+                        {"name": "fetch", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                        {"name": "side", "image": "i", "restartPolicy": "Always",
+                         "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                    ],
+                    "containers": [
+                        {"name": "main", "image": "i", "env": [{"name": "A", "value": "b"}],
+                         "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "4"},
+                                       "requests": {"nvidia.com/gpu": "2"}}},
+                        {"name": "log", "image": "i"},
+                    ],
+                    "resourceClaims": [{"name": "c", "resourceClaimName": "shared"}],
+                    "volumes": [{"name": "v", "emptyDir": {}}],
+                },
+                "status": {
+                    "phase": "Running", "startTime": "2026-11-30T10:01:00Z",
+                    "containerStatuses": [
+                        {"name": "main", "image": "i", "imageID": "", "ready": false,
+                         "restartCount": 3,
+                         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "m"}}},
+                        {"name": "log", "image": "i", "imageID": "", "ready": true,
+                         "restartCount": 0, "state": {"running": {"startedAt": "2026-11-30T10:02:00Z"}}},
+                    ],
+                },
+            }),
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "serve", "namespace": "ml", "resourceVersion": "3",
+                             "creationTimestamp": "2026-11-30T11:00:00Z",
+                             "deletionTimestamp": "2026-11-30T11:59:00Z"},
+                "spec": {"containers": [{"name": "m", "image": "i",
+                         "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+                "status": {"phase": "Pending"},
+            }),
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "done", "namespace": "ml", "resourceVersion": "4"},
+                "spec": {"containers": [{"name": "m", "image": "i",
+                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"phase": "Succeeded"},
+            }),
+        ];
+        for json in pods {
+            let typed: Pod = serde_json::from_value(json.clone()).unwrap();
+            // What the cycle read before: the typed pod back to JSON.
+            let whole = serde_json::to_value(&typed).unwrap();
+            let expected = pod_info_with_claims(&whole, &resources, &(), &claims, now);
+            let stored = StoredPod::from(typed);
+            let parts = stored.gpu.expect("claims GPUs");
+            let got = inventory::pod_info_from_parts(
+                parts.meta.clone(),
+                &parts.spec,
+                &parts.status,
+                &resources,
+                &(),
+                &claims,
+                now,
+            );
+            assert_eq!(got, expected, "{}", json["metadata"]["name"]);
+        }
     }
 
     #[test]

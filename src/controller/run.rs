@@ -543,8 +543,19 @@ impl Controller {
         workloads: &[Workload],
         now: Timestamp,
     ) {
-        let mut sorted: Vec<&ObjectInfo> = owners.values().collect();
-        sorted.sort_by_key(|o| o.key());
+        // Only the few roots with a wake request or a pending restore record are sorted:
+        // sorting every owner by a freshly built key (four strings per comparison) was
+        // 7 % of the cycle CPU at 50,000 pods (perf).
+        let mut sorted: Vec<&ObjectInfo> = owners
+            .values()
+            .filter(|o| {
+                !o.deleting
+                    && (o.annotations.get(keys::WAKE).map(String::as_str) == Some("true")
+                        || actions::RestoreRecord::parse(&o.annotations)
+                            .is_some_and(|r| r.state == "pending"))
+            })
+            .collect();
+        sorted.sort_by_cached_key(|o| o.key());
         let mut handled = std::collections::HashSet::new();
         for root in sorted {
             if root.deleting {
