@@ -40,6 +40,10 @@ pub struct Scenario {
     pub interval: Duration,
     /// Evaluation cycles to measure before stopping the controller.
     pub cycles: usize,
+    /// How long the Prometheus stub takes per answer. Zero for measurements; a test sets
+    /// a few milliseconds so that a cycle outlasts the harness' 50 ms poll and each
+    /// cycle is seen on its own (a 500-pod cycle takes ~30 ms).
+    pub query_delay: Duration,
 }
 
 impl Scenario {
@@ -51,6 +55,7 @@ impl Scenario {
             idle_minutes: 45,
             interval: Duration::from_secs(30),
             cycles: 4,
+            query_delay: Duration::ZERO,
         }
     }
 }
@@ -575,6 +580,11 @@ pub struct PromStub {
     pub queries: AtomicU64,
     pub bytes: AtomicU64,
     pub unknown: Mutex<Vec<String>>,
+    /// Time taken per answer (see [`Scenario::query_delay`]).
+    pub delay: Duration,
+    /// Queries by the evaluation instant they asked about (`time`, whole seconds): one
+    /// controller cycle evaluates every query at the same instant.
+    pub by_time: Mutex<std::collections::BTreeMap<i64, u64>>,
 }
 
 /// Every `[N s` duration in a query, in order (range, then subquery range and step).
@@ -606,6 +616,8 @@ impl PromStub {
             queries: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             unknown: Mutex::new(Vec::new()),
+            delay: Duration::ZERO,
+            by_time: Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 
@@ -644,6 +656,12 @@ impl PromStub {
     /// The JSON answer to `query` evaluated at `time`.
     pub fn answer(&self, query: &str, time: f64) -> String {
         self.queries.fetch_add(1, Ordering::Relaxed);
+        *self
+            .by_time
+            .lock()
+            .unwrap()
+            .entry(time.floor() as i64)
+            .or_default() += 1;
         let Some(answer) = self.classify(query) else {
             self.unknown.lock().unwrap().push(query.to_string());
             return r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#.into();
@@ -715,6 +733,7 @@ pub async fn serve_stub(stub: Arc<PromStub>) -> String {
             }
         }
         let stub = stub.clone();
+        tokio::time::sleep(stub.delay).await;
         let body = tokio::task::spawn_blocking(move || stub.answer(&q, time))
             .await
             .unwrap_or_default();
@@ -905,6 +924,8 @@ pub struct Measured {
     /// Log lines at warn level or above, first few.
     pub warnings: Vec<String>,
     pub unknown_queries: Vec<String>,
+    /// Queries per evaluation instant, in time order (one entry per controller cycle).
+    pub queries_by_instant: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -939,11 +960,10 @@ pub async fn run(
         seeded.idle_workloads,
         seed_seconds
     ));
-    let stub = Arc::new(PromStub::new(
-        seeded.gpus.clone(),
-        scenario.idle_minutes,
-        30,
-    ));
+    let stub = Arc::new(PromStub {
+        delay: scenario.query_delay,
+        ..PromStub::new(seeded.gpus.clone(), scenario.idle_minutes, 30)
+    });
     let prometheus = serve_stub(stub.clone()).await;
     let dir = tempfile::tempdir()?;
     let kubeconfig = service_account_kubeconfig(&sim, dir.path());
@@ -1050,6 +1070,7 @@ pub async fn run(
         m.idle_workloads = seeded.idle_workloads;
         m.warnings = marks.lock().unwrap().warnings.clone();
         m.unknown_queries = stub.unknown.lock().unwrap().clone();
+        m.queries_by_instant = stub.by_time.lock().unwrap().values().copied().collect();
     }
     sim.stop().await;
     result
@@ -1169,6 +1190,7 @@ async fn measure(
         sync_calls,
         warnings: Vec::new(),
         unknown_queries: Vec::new(),
+        queries_by_instant: Vec::new(),
     })
 }
 
