@@ -57,7 +57,7 @@ pub struct ControllerArgs {
     /// evaluated (start-up, new leader, new policy), so the resumption-risk estimate and
     /// the request-driven-inference test start informed (Go duration; 0s: learn from the
     /// cycles alone). Only for policies that use them (`idle.maxResumeRisk`,
-    /// `action.inference`); capped at the policy's `idle.history`.
+    /// `action.inference`); spans older than the policy's `idle.history` are dropped.
     #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h")]
     pub history_backfill: String,
     /// Plain-HTTP address serving /metrics, /healthz and /readyz.

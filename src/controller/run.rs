@@ -371,6 +371,8 @@ impl Controller {
             "evaluating"
         );
         let all: Vec<&GpuPolicy> = policies.iter().collect();
+        // The activity history a start-up backfill reads, once for every policy.
+        let mut backfill_read = None;
         for policy in &policies {
             let name = policy.metadata.name.clone().unwrap_or_default();
             let rules = Rules::from_spec(&policy.spec);
@@ -409,8 +411,15 @@ impl Controller {
                 .is_none_or(|h| h.params() != rules.risk)
             {
                 let mut fresh = Histories::new(rules.risk);
-                self.backfill(policy, &rules, &workloads, &mut fresh, now)
-                    .await;
+                self.backfill(
+                    policy,
+                    &rules,
+                    &workloads,
+                    &mut fresh,
+                    &mut backfill_read,
+                    now,
+                )
+                .await;
                 self.histories.insert(name.clone(), fresh);
             }
             let history = self.histories.get_mut(&name).expect("inserted above");
@@ -495,38 +504,44 @@ impl Controller {
         Ok(())
     }
 
-    /// Replays the last `--history-backfill` of activity (at most the policy's
-    /// `idle.history`) into `history`, for policies that use it. A failure is logged and
-    /// the cycles learn on their own: the fixed durations decide meanwhile.
+    /// Replays the last `--history-backfill` of activity into `history`, for policies
+    /// that use it; spans older than the policy's `idle.history` are pruned. The activity
+    /// is read from Prometheus once per cycle (`read`, shared by every policy backfilled in
+    /// it). A failure is logged and the cycles learn on their own: the fixed durations
+    /// decide meanwhile.
     async fn backfill(
         &self,
         policy: &GpuPolicy,
         rules: &Rules,
         workloads: &[Workload],
         history: &mut Histories<ObjectKey>,
+        read: &mut Option<std::result::Result<crate::telemetry::trace::Trace, String>>,
         now: Timestamp,
     ) {
         let spec = &policy.spec;
         let uses = spec.idle.max_resume_risk.is_some() || spec.action.inference.is_some();
-        let span = self.history_backfill.min(rules.risk.lookback);
-        if !uses || span <= SignedDuration::ZERO {
+        if !uses || self.history_backfill <= SignedDuration::ZERO {
             return;
         }
         let name = policy.metadata.name.as_deref().unwrap_or_default();
-        let options = crate::telemetry::trace::ReadOptions {
-            workload_labels: self.selector_labels.clone(),
-            step_seconds: 60,
-            skip_unknown_metrics: true,
-        };
-        let from = (now - span).as_second();
-        match self
-            .source
-            .fetch_families(from, now.as_second(), &super::backfill::FAMILIES, &options)
-            .await
-        {
+        if read.is_none() {
+            let options = crate::telemetry::trace::ReadOptions {
+                workload_labels: self.selector_labels.clone(),
+                step_seconds: 60,
+                skip_unknown_metrics: true,
+            };
+            let from = (now - self.history_backfill).as_second();
+            *read = Some(
+                self.source
+                    .fetch_families(from, now.as_second(), &super::backfill::FAMILIES, &options)
+                    .await
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        match read.as_ref().expect("read above") {
             Ok(trace) => {
-                let added = super::backfill::feed(history, &trace, workloads, rules, now);
-                tracing::info!(policy = name, from = %(now - span), workloads = added.workloads, spans = added.spans, "idle-span history backfilled from Prometheus");
+                let added = super::backfill::feed(history, trace, workloads, rules, now);
+                tracing::info!(policy = name, from = %(now - self.history_backfill), workloads = added.workloads, spans = added.spans, "idle-span history backfilled from Prometheus");
             }
             Err(e) => {
                 tracing::warn!(policy = name, error = %e, "could not backfill the idle-span history; learning it from the cycles");
