@@ -321,6 +321,19 @@ fn the_svg_timeline_is_written_and_marks_the_action() {
     );
 }
 
+/// `backtest --trace path --format json` with the bundled policy, which must succeed.
+fn backtest_json(path: &std::path::Path) -> serde_json::Value {
+    let o = run(&[
+        "backtest",
+        "--trace",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}: {}", path.display(), stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 fn migprofiler(name: &str) -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -339,15 +352,7 @@ fn migprofiler(name: &str) -> PathBuf {
 fn the_real_migprofiler_traces_are_busy_work_and_nothing_is_warned_or_reclaimed() {
     for name in ["finetune_moco", "finetune_vit", "infer_bsz", "infer_seq"] {
         let path = migprofiler(name);
-        let o = run(&[
-            "backtest",
-            "--trace",
-            path.to_str().unwrap(),
-            "--format",
-            "json",
-        ]);
-        assert!(o.status.success(), "{name}: {}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let v = backtest_json(&path);
         let s = &v["summary"];
         assert_eq!(s["workloads"], 1, "{name}: {s}");
         assert_eq!(s["warnings"], 0, "{name}: {s}");
@@ -380,15 +385,7 @@ fn a_real_trace_with_an_idle_tail_is_warned_and_reclaimed_from_its_last_busy_sam
         let _ = writeln!(text, "0,0.000,3392,{t}");
     }
     let path = tmp("infer_seq_idle_tail.csv", &text);
-    let o = run(&[
-        "backtest",
-        "--trace",
-        path.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = backtest_json(&path);
     let w = &v["workloads"][0];
     // The weights stay in memory: the idle tail is MemoryHeld, about 1.5 h of it before
     // the trace ends (the half hour after the last busy sample is still in the window).

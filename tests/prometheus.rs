@@ -34,6 +34,23 @@ fn sample_trace_text() -> Vec<u8> {
     text
 }
 
+/// `backtest --format json` over the sample trace's 8 hours read from Prometheus at `url`.
+fn backtest_sample_over(url: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "backtest",
+        "--prometheus-url",
+        url,
+        "--from",
+        "2026-11-02T00:00:00Z",
+        "--to",
+        "2026-11-02T08:00:00Z",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 #[test]
 fn backtest_over_prometheus_history_equals_backtest_over_the_recorded_file() {
     // The sample trace covers idle notebooks, a busy 8-GPU job with seven idle GPUs, an
@@ -49,17 +66,7 @@ fn backtest_over_prometheus_history_equals_backtest_over_the_recorded_file() {
         "--format",
         "json",
     ]));
-    let from_prom = json_of(&run(&[
-        "backtest",
-        "--prometheus-url",
-        &prom.url,
-        "--from",
-        "2026-11-02T00:00:00Z",
-        "--to",
-        "2026-11-02T08:00:00Z",
-        "--format",
-        "json",
-    ]));
+    let from_prom = json_of(&backtest_sample_over(&prom.url, &[]));
     let _ = std::fs::remove_file(&file);
     assert_eq!(from_prom["summary"], from_file["summary"]);
     let (a, b) = (
@@ -532,21 +539,7 @@ fn prometheus_behind_tls_with_a_private_ca_client_certificates_and_basic_auth() 
     );
     let (password, wrong) = (file("password", "s3cret\n"), file("wrong", "guess\n"));
     let backtest = |extra: &[&str]| {
-        let mut args = vec![
-            "backtest",
-            "--prometheus-url",
-            &prom.url,
-            "--from",
-            "2026-11-02T00:00:00Z",
-            "--to",
-            "2026-11-02T08:00:00Z",
-            "--format",
-            "json",
-            "--prometheus-retries",
-            "0",
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
+        backtest_sample_over(&prom.url, &[&["--prometheus-retries", "0"], extra].concat())
     };
     let refused = |extra: &[&str], expect: &[&str]| {
         let o = backtest(extra);

@@ -499,21 +499,12 @@ mod tests {
         let p = policy();
         let mut history = Histories::new(Rules::from_spec(&p.spec).risk);
         let (workloads, observations) = chat(1);
+        let half_hour = SignedDuration::from_mins(30);
         let cycle = |history: &mut Histories<ObjectKey>,
                      workloads: &[Workload],
                      observations: &Observations,
                      at: Timestamp| {
-            plan(
-                &p,
-                &[&p],
-                workloads,
-                &HashMap::new(),
-                &by_pod(observations),
-                &AuditMemory::default(),
-                history,
-                SignedDuration::from_mins(30),
-                at,
-            )
+            cycle(&p, &[&p], workloads, observations, history, half_hour, at)
         };
         let acted = cycle(&mut history, &workloads, &observations, now());
         assert_eq!(
@@ -549,15 +540,14 @@ mod tests {
             if learnt {
                 chatty(&mut history, &workloads[0].root.key());
             }
-            plan(
+            let minute = SignedDuration::from_mins(1);
+            cycle(
                 p,
                 &[p],
                 &workloads,
-                &HashMap::new(),
-                &by_pod(&observations),
-                &AuditMemory::default(),
+                &observations,
                 &mut history,
-                SignedDuration::from_mins(1),
+                minute,
                 now(),
             )
             .planned
@@ -587,19 +577,42 @@ mod tests {
         assert_eq!(run(3, true, &policy()).softer, Softer::No);
     }
 
-    /// `policy`'s plan over `n` idle workloads, with `all` the policies in the cluster.
-    fn plan_fleet(policy: &GpuPolicy, all: &[&GpuPolicy], n: usize, reaped: usize) -> PolicyPlan {
-        let (workloads, observations) = idle_fleet(n, reaped);
-        let grouped = by_pod(&observations);
+    /// One cycle of `policy` (`all` the policies in the cluster) at `at`, with no
+    /// namespace labels and no Audit memory.
+    fn cycle(
+        policy: &GpuPolicy,
+        all: &[&GpuPolicy],
+        workloads: &[Workload],
+        observations: &Observations,
+        history: &mut Histories<ObjectKey>,
+        resolution: SignedDuration,
+        at: Timestamp,
+    ) -> PolicyPlan {
         plan(
             policy,
             all,
-            &workloads,
+            workloads,
             &HashMap::new(),
-            &grouped,
+            &by_pod(observations),
             &AuditMemory::default(),
-            &mut Histories::new(Rules::from_spec(&policy.spec).risk),
-            SignedDuration::from_mins(1),
+            history,
+            resolution,
+            at,
+        )
+    }
+
+    /// `policy`'s plan over `n` idle workloads, with `all` the policies in the cluster.
+    fn plan_fleet(policy: &GpuPolicy, all: &[&GpuPolicy], n: usize, reaped: usize) -> PolicyPlan {
+        let (workloads, observations) = idle_fleet(n, reaped);
+        let mut history = Histories::new(Rules::from_spec(&policy.spec).risk);
+        let minute = SignedDuration::from_mins(1);
+        cycle(
+            policy,
+            all,
+            &workloads,
+            &observations,
+            &mut history,
+            minute,
             now(),
         )
     }
@@ -671,13 +684,11 @@ mod tests {
                 );
                 // The cycle that sees the busy instant, then an idle one an hour later.
                 for when in [at, at + SignedDuration::from_hours(1)] {
-                    plan(
+                    cycle(
                         &p,
                         &all,
                         &workloads,
-                        &HashMap::new(),
-                        &by_pod(&observations),
-                        &AuditMemory::default(),
+                        &observations,
                         &mut history,
                         minute,
                         when,
@@ -691,13 +702,11 @@ mod tests {
         );
         // Now idle 2 hours: every past span that outlasted 2h ended within the next 2h.
         let (workloads, observations) = idle_fleet(1, 0);
-        let planned = plan(
+        let planned = cycle(
             &p,
             &all,
             &workloads,
-            &HashMap::new(),
-            &by_pod(&observations),
-            &AuditMemory::default(),
+            &observations,
             &mut history,
             minute,
             now(),
