@@ -127,6 +127,7 @@ fn backtest_throughput(c: &mut Criterion) {
     let bt = BacktestOptions {
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
+        warmup: SignedDuration::ZERO,
     };
     let mut g = c.benchmark_group("backtest");
     g.sample_size(10);

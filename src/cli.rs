@@ -432,6 +432,11 @@ pub struct BacktestArgs {
     /// Skip metric families gpu-reaper does not read instead of failing on them.
     #[arg(long, env = "GPU_REAPER_SKIP_UNKNOWN_METRICS")]
     pub skip_unknown_metrics: bool,
+    /// Let the first part of the trace only teach the idle history, as the controller's
+    /// --history-backfill does at start-up: nothing is warned, acted on or counted in it
+    /// (with --sweep: for every variant). Go duration, e.g. 24h.
+    #[arg(long, default_value = "0s", env = "GPU_REAPER_WARMUP")]
+    pub warmup: String,
     /// Replay the policy over a range of fixed idle durations and resumption-risk levels,
     /// beside other tools' fixed rules, and report reclaimed GPU-hours against regret rate
     /// for each (with --svg: the frontier chart).

@@ -272,7 +272,7 @@ proptest! {
         let mix = Mix { inference: 12, notebooks: 2, hung_jobs: 2, hours: 12, seed, ..Mix::default() };
         let text = synth(&mix);
         let cut = mix.start + cut_hour * 3600;
-        let options = BacktestOptions { regret_horizon: SignedDuration::from_hours(2), keep_timelines: false };
+        let options = BacktestOptions { regret_horizon: SignedDuration::from_hours(2), keep_timelines: false, warmup: SignedDuration::ZERO };
         let policy = sample_policy();
         let full = backtest::run("p", &policy, &read(&text), &options);
         let short = backtest::run("p", &policy, &read(&truncate(&text, cut)), &options);

@@ -33,6 +33,9 @@ pub struct BacktestOptions {
     pub regret_horizon: SignedDuration,
     /// Keep per-step activity and state per workload (for the SVG timeline).
     pub keep_timelines: bool,
+    /// The first part of the trace only teaches the idle history (as the controller's
+    /// start-up backfill does): nothing is warned, acted on, counted or drawn in it.
+    pub warmup: SignedDuration,
 }
 
 /// What one action reclaimed.
@@ -45,6 +48,8 @@ pub struct ActionOutcome {
     pub reclaimed_gpu_hours: f64,
     pub reclaimed_usd: f64,
     pub regret: bool,
+    /// The engine's reason for acting (with the resumption-risk estimate, when gated).
+    pub reason: String,
 }
 
 /// Per-step activity and state of a workload, for drawing.
@@ -148,8 +153,8 @@ struct Live {
     first_bucket: i64,
     last_bucket: i64,
     ladder: LadderState,
-    /// When, how, at what hourly cost, and under which classification it was acted on.
-    reaped: Option<(Timestamp, ActionType, f64, &'static str)>,
+    /// When, how, at what hourly cost, under which classification and why it was acted on.
+    reaped: Option<(Timestamp, ActionType, f64, &'static str, String)>,
     class_steps: BTreeMap<&'static str, u64>,
     /// Steps in which the workload held GPUs (reclaimed steps included).
     held_steps: u64,
@@ -181,10 +186,14 @@ pub fn run(
     // Idle spans seen so far (never after `now`): the resumption-risk estimate's input.
     let mut history: Histories<usize> = Histories::new(rules.risk);
     let steps_per_hour = (3600 / trace.step_seconds).max(1);
+    let step_secs = trace.step_seconds.max(1);
+    let warm_until = trace.first_bucket + (options.warmup.as_secs().max(0) + step_secs - 1) / step_secs;
 
     for bucket in trace.first_bucket..=trace.last_bucket {
         let now = ts(bucket * trace.step_seconds);
         pending.clear();
+        // Still warming up: the history learns, the ladder and the report do not.
+        let counting = bucket >= warm_until;
         if bucket % steps_per_hour == 0 {
             history.prune(now, |_| true);
         }
@@ -240,11 +249,12 @@ pub fn run(
                 // A pod known only from DCGM series: it holds its GPUs while they report.
                 holding = present;
             }
-            if present && holding {
+            if present && holding && counting {
                 w.held_steps += 1;
             }
 
-            if let Some((at, action, hourly, class)) = w.reaped {
+            if let Some((at, action, hourly, class, _)) = &w.reaped {
+                let (at, action, hourly, class) = (*at, *action, *hourly, *class);
                 if !present || !holding || any_busy {
                     if !any_busy {
                         // Gone without coming back: idle at least until now.
@@ -255,6 +265,7 @@ pub fn run(
                     let hours = until.duration_since(at).as_secs_f64() / 3600.0;
                     let share: f64 = w.share_hint();
                     let regret = any_busy && until.duration_since(at) <= options.regret_horizon;
+                    let reason = w.reaped.take().map(|r| r.4).unwrap_or_default();
                     w.outcome.actions.push(ActionOutcome {
                         at,
                         action,
@@ -262,8 +273,8 @@ pub fn run(
                         reclaimed_gpu_hours: hours * share,
                         reclaimed_usd: hours * hourly,
                         regret,
+                        reason,
                     });
-                    w.reaped = None;
                     w.ladder = LadderState {
                         snooze_until: w.ladder.snooze_until,
                         ..LadderState::default()
@@ -286,7 +297,9 @@ pub fn run(
             }
             if !present || !holding {
                 history.unobserved(&wi, now);
-                w.record(bucket, max_activity, TimelineState::Absent, options);
+                if counting {
+                    w.record(bucket, max_activity, TimelineState::Absent, options);
+                }
                 continue;
             }
             match (any_sample, any_busy) {
@@ -306,6 +319,9 @@ pub fn run(
             let class = &decision.verdict.classification;
             if let Classification::Idle(shape) = class {
                 history.set_shape(&wi, *shape);
+            }
+            if !counting {
+                continue;
             }
             *w.class_steps.entry(class.as_str()).or_default() += 1;
             if class.is_idle() {
@@ -354,6 +370,7 @@ pub fn run(
                         action,
                         decision.hourly_usd,
                         decision.verdict.classification.as_str(),
+                        decision.reason.clone(),
                     ));
                     recent_actions.push_back(now);
                 }
@@ -366,7 +383,7 @@ pub fn run(
     let end = ts((trace.last_bucket + 1) * trace.step_seconds);
     let mut workloads = Vec::with_capacity(live.len());
     for mut w in live {
-        if let Some((at, action, hourly, _)) = w.reaped.take() {
+        if let Some((at, action, hourly, _, reason)) = w.reaped.take() {
             let hours = end.duration_since(at).as_secs_f64() / 3600.0;
             let share = w.share_hint();
             w.outcome.actions.push(ActionOutcome {
@@ -376,6 +393,7 @@ pub fn run(
                 reclaimed_gpu_hours: hours * share,
                 reclaimed_usd: hours * hourly,
                 regret: false,
+                reason,
             });
         }
         let o = &mut w.outcome;
@@ -415,7 +433,7 @@ pub fn run(
     Backtest {
         policy: policy_name.to_string(),
         mode: format!("{:?}", policy.mode),
-        start: ts(trace.first_bucket * trace.step_seconds),
+        start: ts(warm_until.min(trace.last_bucket + 1) * trace.step_seconds),
         end,
         step_seconds: trace.step_seconds,
         regret_horizon_seconds: options.regret_horizon.as_secs(),

@@ -33,6 +33,90 @@ pub struct Point {
     pub regrets: usize,
     pub regret_rate: f64,
     pub reclaimed_gpu_hours: f64,
+    /// Risk points: how they compare with the fixed curve at their regret rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_fixed: Option<VsFixed>,
+}
+
+/// A risk point against the fixed curve: the fixed variants that are not worse on both
+/// counts than another, joined by straight lines in (regret rate, GPU-hours).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VsFixed {
+    /// What it is compared with: the two fixed variants whose regret rates bracket its
+    /// own ("act after 6h–act after 4h"), or the curve's end when its rate is outside.
+    pub against: String,
+    /// Where its regret rate lies: below every fixed variant's, inside the curve, above.
+    pub position: CurvePosition,
+    /// The fixed curve's reclaimed GPU-hours at this regret rate (at the end, outside).
+    pub curve_gpu_hours: f64,
+    /// This point's minus the curve's. Positive inside or below the curve: more GPU-hours
+    /// for the same (or a lower) regret rate, i.e. the fixed rules are dominated there.
+    pub margin_gpu_hours: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CurvePosition {
+    /// A lower regret rate than every fixed variant: compared with the lowest.
+    Below,
+    Inside,
+    /// A higher regret rate than every fixed variant: compared with the highest.
+    Above,
+}
+
+/// The fixed curve: fixed points by regret rate, without those another fixed point beats
+/// on both counts (reclaims as much or more at a rate no higher).
+fn fixed_curve(points: &[Point]) -> Vec<&Point> {
+    let mut fixed: Vec<&Point> = points.iter().filter(|p| p.family == Family::Fixed).collect();
+    fixed.sort_by(|a, b| {
+        a.regret_rate
+            .total_cmp(&b.regret_rate)
+            .then(b.reclaimed_gpu_hours.total_cmp(&a.reclaimed_gpu_hours))
+    });
+    let mut curve: Vec<&Point> = Vec::new();
+    for p in fixed {
+        if curve
+            .last()
+            .is_none_or(|q| p.reclaimed_gpu_hours > q.reclaimed_gpu_hours)
+        {
+            curve.push(p);
+        }
+    }
+    curve
+}
+
+/// How `p` compares with `curve` (from [`fixed_curve`]); None when there is no curve.
+pub fn versus_fixed(curve: &[&Point], p: &Point) -> Option<VsFixed> {
+    let (first, last) = (curve.first()?, curve.last()?);
+    let r = p.regret_rate;
+    let (against, position, at) = if r < first.regret_rate {
+        (first.label.clone(), CurvePosition::Below, first.reclaimed_gpu_hours)
+    } else if r > last.regret_rate {
+        (last.label.clone(), CurvePosition::Above, last.reclaimed_gpu_hours)
+    } else {
+        let k = curve
+            .windows(2)
+            .position(|w| r <= w[1].regret_rate)
+            .unwrap_or(0);
+        match curve.get(k..=k + 1) {
+            Some([a, b]) => {
+                let span = b.regret_rate - a.regret_rate;
+                let f = if span > 0.0 { (r - a.regret_rate) / span } else { 1.0 };
+                (
+                    format!("{}–{}", a.label, b.label),
+                    CurvePosition::Inside,
+                    a.reclaimed_gpu_hours + f * (b.reclaimed_gpu_hours - a.reclaimed_gpu_hours),
+                )
+            }
+            // A single-point curve, at exactly its rate.
+            _ => (first.label.clone(), CurvePosition::Inside, first.reclaimed_gpu_hours),
+        }
+    };
+    Some(VsFixed {
+        against,
+        position,
+        curve_gpu_hours: at,
+        margin_gpu_hours: p.reclaimed_gpu_hours - at,
+    })
 }
 
 /// The variants to run.
@@ -70,26 +154,28 @@ fn point(family: Family, label: String, b: &Backtest) -> Point {
         regrets: b.summary.regrets,
         regret_rate: b.summary.regret_rate,
         reclaimed_gpu_hours: b.summary.reclaimed_gpu_hours,
+        vs_fixed: None,
     }
 }
 
-/// Runs every variant. `maxPerHour` is lifted: the sweep measures when to act, not how
-/// many actions at once.
+/// Runs every variant, on as many threads as the machine has cores (each variant is an
+/// independent replay; the points come back in the same order). `maxPerHour` is lifted:
+/// the sweep measures when to act, not how many actions at once. `warmup` applies to
+/// every variant alike (see [`BacktestOptions::warmup`]).
 pub fn sweep(
     policy: &GpuPolicySpec,
     trace: &Trace,
     spec: &SweepSpec,
     regret_horizon: SignedDuration,
+    warmup: SignedDuration,
 ) -> Vec<Point> {
-    let options = BacktestOptions {
-        regret_horizon,
-        keep_timelines: false,
-    };
     let mut base = policy.clone();
     base.action.max_per_hour = u32::MAX;
     base.mode = crate::api::policy::PolicyMode::Enforce;
     let notice = std_dur(&base.action.after) - std_dur(&base.warn.after);
-    let mut points = Vec::new();
+    // (family, label, policy); the last job is the base policy with timelines, for the
+    // other tools' rules.
+    let mut jobs: Vec<(Family, String, GpuPolicySpec)> = Vec::new();
     for &after in &spec.fixed_after {
         let mut p = base.clone();
         p.idle.max_resume_risk = None;
@@ -99,33 +185,33 @@ pub fn sweep(
         p.action.after = kube_duration(after);
         let window = std_dur(&p.idle.window).min(after);
         p.idle.window = kube_duration(window.max(SignedDuration::from_mins(1)));
-        let b = run("sweep", &p, trace, &options);
-        points.push(point(
-            Family::Fixed,
-            format!("act after {}", crate::engine::classify::human(after)),
-            &b,
-        ));
+        let label = format!("act after {}", crate::engine::classify::human(after));
+        jobs.push((Family::Fixed, label, p));
     }
     for &risk in &spec.risk_levels {
         let mut p = base.clone();
         p.idle.max_resume_risk = Some(risk);
         p.idle.resume_horizon = kube_duration(regret_horizon);
-        let b = run("sweep", &p, trace, &options);
-        points.push(point(
-            Family::Risk,
-            format!("maxResumeRisk {:.0} %", risk * 100.0),
-            &b,
-        ));
+        let label = format!("maxResumeRisk {:.0} %", risk * 100.0);
+        jobs.push((Family::Risk, label, p));
     }
-    let timelines = run(
-        "sweep",
-        &base,
-        trace,
-        &BacktestOptions {
+    jobs.push((Family::Baseline, String::new(), base.clone()));
+    let last = jobs.len() - 1;
+    let runs = parallel_map(&jobs, |k, (_, _, p)| {
+        let options = BacktestOptions {
             regret_horizon,
-            keep_timelines: true,
-        },
-    );
+            keep_timelines: k == last,
+            warmup,
+        };
+        run("sweep", p, trace, &options)
+    });
+    let mut runs = runs.into_iter();
+    let mut points: Vec<Point> = jobs[..last]
+        .iter()
+        .zip(runs.by_ref())
+        .map(|((family, label, _), b)| point(*family, label.clone(), &b))
+        .collect();
+    let timelines = runs.next().expect("one run per job");
     let threshold = base.idle.threshold as f32;
     let step = trace.step_seconds;
     let steps = |m: i64| ((m * 60) / step).max(1) as usize;
@@ -157,7 +243,42 @@ pub fn sweep(
             }
         },
     ));
+    let curve: Vec<Point> = fixed_curve(&points).into_iter().cloned().collect();
+    let curve: Vec<&Point> = curve.iter().collect();
+    for p in points.iter_mut().filter(|p| p.family == Family::Risk) {
+        p.vs_fixed = versus_fixed(&curve, p);
+    }
     points
+}
+
+/// `f` over `items` on up to `available_parallelism` threads, results in input order.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(items.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(k) else { break };
+                    let r = f(k, item);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[k] = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every item was run"))
+        .collect()
 }
 
 /// Replays a fixed rule over each workload's activity: when `fires` on the activity so
@@ -218,6 +339,7 @@ fn baseline(
             0.0
         },
         reclaimed_gpu_hours: reclaimed,
+        vs_fixed: None,
     }
 }
 

@@ -64,15 +64,31 @@ enum Gate {
     Held(String),
 }
 
-fn gate(rules: &Rules, estimate: Option<&Estimate>, idle_for: SignedDuration) -> Gate {
+/// `ceiling`: how long idle the step proceeds whatever the estimate. For the action it
+/// is `maxIdle`; for the warning, `maxIdle` less the notice, so that a workload whose risk
+/// stays high is acted on at `maxIdle`, not a notice later.
+fn gate(
+    rules: &Rules,
+    estimate: Option<&Estimate>,
+    idle_for: SignedDuration,
+    ceiling: Option<SignedDuration>,
+) -> Gate {
     let Some(max) = rules.max_resume_risk else {
         return Gate::Open(String::new());
     };
-    if let Some(ceiling) = rules.max_idle.filter(|m| idle_for >= *m) {
-        return Gate::Open(format!(
-            "; idle past idle.maxIdle ({}), whatever the resumption risk",
-            human(ceiling)
-        ));
+    if let (Some(m), Some(c)) = (rules.max_idle, ceiling.filter(|c| idle_for >= *c)) {
+        return Gate::Open(if c < m {
+            format!(
+                "; idle for {} of idle.maxIdle ({}): the action is due at idle.maxIdle, whatever the resumption risk",
+                human(idle_for),
+                human(m)
+            )
+        } else {
+            format!(
+                "; idle past idle.maxIdle ({}), whatever the resumption risk",
+                human(m)
+            )
+        });
     }
     match estimate {
         None => Gate::Open(format!(
@@ -133,17 +149,21 @@ pub fn decide(
     // period does not count for this one.
     let warn_due = idle_since + rules.warn_after.max(rules.window);
     let warned_at = ladder.warned_at.filter(|w| *w >= idle_since);
-    let gate = gate(rules, estimate.as_ref(), now.duration_since(idle_since));
-    let ceiling_at = rules.max_idle.map(|m| idle_since + m);
+    let idle_for = now.duration_since(idle_since);
+    // Invariant 4: the owner always gets `action.after - warn.after` of notice.
+    let notice = (rules.action_after - rules.warn_after).max(jiff::SignedDuration::ZERO);
     let Some(warned_at) = warned_at else {
         return if now >= warn_due {
-            match gate {
+            // Past maxIdle less the notice, warn whatever the estimate: the action is then
+            // due at maxIdle.
+            let ceiling = rules.max_idle.map(|m| (m - notice).max(rules.warn_after));
+            match gate(rules, estimate.as_ref(), idle_for, ceiling) {
                 Gate::Open(note) => done(
                     Step::Warn,
                     None,
                     format!("idle since {idle_since}: warn the owner{note}"),
                 ),
-                Gate::Held(why) => done(Step::Nothing, ceiling_at, why),
+                Gate::Held(why) => done(Step::Nothing, ceiling.map(|c| idle_since + c), why),
             }
         } else {
             done(
@@ -167,9 +187,7 @@ pub fn decide(
             "warned; data-starved workloads are not reclaimed (idle.reapDataStarved is false): fix the input pipeline".into(),
         );
     }
-    // Invariant 4: the owner always gets `action.after - warn.after` of notice, and the
-    // action never happens in the same evaluation as the warning.
-    let notice = (rules.action_after - rules.warn_after).max(jiff::SignedDuration::ZERO);
+    // The action never happens in the same evaluation as the warning.
     let act_due = (idle_since + rules.action_after).max(warned_at + notice);
     if now < act_due || now <= warned_at {
         let due = if act_due > warned_at {
@@ -186,11 +204,14 @@ pub fn decide(
             ),
         );
     }
-    let note = match gate {
+    let note = match gate(rules, estimate.as_ref(), idle_for, rules.max_idle) {
         Gate::Open(note) => note,
-        Gate::Held(why) => return done(Step::Nothing, ceiling_at, format!("warned; {why}")),
+        Gate::Held(why) => {
+            let ceiling_at = rules.max_idle.map(|m| idle_since + m);
+            return done(Step::Nothing, ceiling_at, format!("warned; {why}"));
+        }
     };
-    let idle_for = human(now.duration_since(idle_since));
+    let idle_for = human(idle_for);
     if rules.enforce {
         done(
             Step::Act(rules.action),

@@ -232,6 +232,7 @@ pub fn audit(spec: &crate::api::GpuPolicySpec, trace: &Trace, top: usize) -> Aud
         &BacktestOptions {
             regret_horizon: jiff::SignedDuration::ZERO,
             keep_timelines: false,
+            warmup: jiff::SignedDuration::ZERO,
         },
     );
     summarise(&replay, top)

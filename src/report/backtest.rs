@@ -32,6 +32,7 @@ pub fn run(args: &BacktestArgs) -> Result<()> {
 pub fn execute(args: &BacktestArgs) -> Result<String> {
     let step = parse_duration("step", &args.step)?;
     let regret_horizon = parse_duration("regret-horizon", &args.regret_horizon)?;
+    let warmup = parse_duration("warmup", &args.warmup)?;
     if step.as_secs() < 1 {
         return Err(Error::InvalidArgument {
             flag: "step",
@@ -52,6 +53,18 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         (None, Some(mix)) => synthetic_trace(mix, &options)?,
         (None, None) => load_trace(args.trace.as_deref(), &options)?,
     };
+    let length = (trace.last_bucket + 1 - trace.first_bucket) * trace.step_seconds;
+    if warmup.as_secs() >= length {
+        return Err(Error::InvalidArgument {
+            flag: "warmup",
+            message: format!(
+                "{} leaves nothing of the {} trace to evaluate: use a shorter warm-up, e.g. --warmup {}",
+                args.warmup,
+                crate::engine::classify::human(SignedDuration::from_secs(length)),
+                crate::engine::classify::human(SignedDuration::from_secs(length / 4)),
+            ),
+        });
+    }
     let name = policy
         .metadata
         .name
@@ -63,6 +76,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
             &trace,
             &crate::backtest::sweep::SweepSpec::default(),
             regret_horizon,
+            warmup,
         );
         if let Some(path) = &args.svg {
             let title = format!("{name}: reclaimed GPU-hours against regret rate");
@@ -74,7 +88,10 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
             )?;
         }
         return Ok(match args.format {
-            OutputFormat::Table => crate::report::render::sweep_table(&name, &points),
+            OutputFormat::Table => {
+                let cold = warmup.is_zero() && uses_history(&policy.spec);
+                crate::report::render::sweep_table(&name, &points, cold)
+            }
             OutputFormat::Json => {
                 serde_json::to_string_pretty(&points)
                     .map_err(|e| Error::Serialize(e.to_string()))?
@@ -90,6 +107,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         &BacktestOptions {
             regret_horizon,
             keep_timelines: args.svg.is_some(),
+            warmup,
         },
     );
     if let Some(path) = &args.svg {
@@ -105,6 +123,11 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         OutputFormat::Json => crate::report::render::json(&result)? + "\n",
         OutputFormat::Csv => crate::report::render::csv(&result),
     })
+}
+
+/// Whether the policy learns from the idle history (and so starts a trace knowing nothing).
+fn uses_history(spec: &crate::api::policy::GpuPolicySpec) -> bool {
+    spec.idle.max_resume_risk.is_some() || spec.action.inference.is_some()
 }
 
 /// `--synthetic inference=143,hours=24,seed=1`: a generated trace (backtest::synth).

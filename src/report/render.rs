@@ -150,9 +150,11 @@ pub fn table(b: &Backtest) -> String {
     out
 }
 
-/// `backtest --sweep` as a table: one row per variant, then which variant beats each
-/// fixed rule.
-pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point]) -> String {
+/// `backtest --sweep` as a table: one row per variant (a risk level also against the
+/// fixed curve at its regret rate), then which variant beats each fixed rule. `cold`: the
+/// policy learns from the idle history and the replay started with none.
+pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold: bool) -> String {
+    use crate::backtest::sweep::CurvePosition;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -160,13 +162,30 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point]) -> St
     );
     let _ = writeln!(
         out,
-        "{:<10} {:<36} {:>8} {:>8} {:>8} {:>14}",
+        "{:<10} {:<36} {:>8} {:>8} {:>8} {:>14}  VS THE FIXED CURVE AT THAT REGRET RATE",
         "FAMILY", "VARIANT", "ACTIONS", "REGRETS", "REGRET", "RECLAIMED GPU-H"
     );
     for p in points {
+        let versus = p.vs_fixed.as_ref().map_or(String::new(), |v| {
+            let margin = v.margin_gpu_hours;
+            match v.position {
+                CurvePosition::Inside => format!(
+                    "{margin:+.0} GPU-h ({} at that rate: {:.0})",
+                    v.against, v.curve_gpu_hours
+                ),
+                CurvePosition::Below => format!(
+                    "{margin:+.0} GPU-h, fewer regrets than every fixed duration ({}: {:.0})",
+                    v.against, v.curve_gpu_hours
+                ),
+                CurvePosition::Above => format!(
+                    "{margin:+.0} GPU-h, more regrets than every fixed duration ({}: {:.0})",
+                    v.against, v.curve_gpu_hours
+                ),
+            }
+        });
         let _ = writeln!(
             out,
-            "{:<10} {:<36} {:>8} {:>8} {:>7.1}% {:>14.1}",
+            "{:<10} {:<36} {:>8} {:>8} {:>7.1}% {:>14.1}  {versus}",
             format!("{:?}", p.family),
             p.label,
             p.actions,
@@ -176,6 +195,18 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point]) -> St
         );
     }
     let _ = writeln!(out);
+    let risk: Vec<_> = points.iter().filter_map(|p| p.vs_fixed.as_ref()).collect();
+    if !risk.is_empty() {
+        let above = risk
+            .iter()
+            .filter(|v| v.position != CurvePosition::Above && v.margin_gpu_hours > 0.0)
+            .count();
+        let _ = writeln!(
+            out,
+            "{above} of {} risk levels are above the fixed curve (more GPU-hours at the same or a lower regret rate)",
+            risk.len()
+        );
+    }
     for (fixed, better) in crate::backtest::sweep::risk_dominates_fixed(points) {
         let _ = match better {
             Some(r) => writeln!(
@@ -185,16 +216,30 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point]) -> St
             None => writeln!(out, "{fixed}: not beaten by any risk level"),
         };
     }
+    if cold {
+        let _ = writeln!(
+            out,
+            "\nnote: the replay started with no idle history, so the risk levels acted on fixed durations until it had some; a controller starts with --history-backfill (24h). Add --warmup 24h to compare them as the controller runs."
+        );
+    }
     out
 }
 
 /// `backtest --sweep --format csv`.
 pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
-    let mut out = String::from("family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours\n");
+    let mut out = String::from(
+        "family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours,fixed_curve_gpu_hours,margin_gpu_hours\n",
+    );
     for p in points {
+        let (curve, margin) = p.vs_fixed.as_ref().map_or((String::new(), String::new()), |v| {
+            (
+                format!("{:.3}", v.curve_gpu_hours),
+                format!("{:.3}", v.margin_gpu_hours),
+            )
+        });
         let _ = writeln!(
             out,
-            "{:?},{},{},{},{:.4},{:.3}",
+            "{:?},{},{},{},{:.4},{:.3},{curve},{margin}",
             p.family, p.label, p.actions, p.regrets, p.regret_rate, p.reclaimed_gpu_hours
         );
     }
