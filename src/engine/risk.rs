@@ -40,9 +40,10 @@ use super::model::IdleShape;
 pub enum Basis {
     /// The workload's own idle spans.
     Own,
-    /// Idle spans of the workloads of the same shape and rhythm under the policy; with
-    /// hours, only those that began in the same quarter of the day (UTC) as this one.
-    Rhythm(IdleShape, Rhythm, Option<Hours>),
+    /// Idle spans of the workloads of the same shape and rhythm under the policy (and
+    /// whose long pauses recur at one time of day, or not, as this one's); with hours,
+    /// only those that began in the same quarter of the day (UTC) as this one.
+    Rhythm(IdleShape, Rhythm, Daily, Option<Hours>),
     /// Idle spans of all workloads of the same shape under the policy; with hours, only
     /// those that began in the same quarter of the day as this one.
     Peers(IdleShape, Option<Hours>),
@@ -66,6 +67,11 @@ impl Hours {
         Self {
             first: hour - hour % SLICE_HOURS,
         }
+    }
+
+    /// 0 to 3, for tallies by quarter.
+    fn index(self) -> usize {
+        usize::from(self.first / SLICE_HOURS)
     }
 
     fn words(self) -> String {
@@ -122,6 +128,47 @@ impl Rhythm {
 /// Finished spans a workload needs before its rhythm is known.
 const RHYTHM_SPANS: u32 = 20;
 
+/// An idle span this long is a long pause (a night, a weekend, a quiet period).
+const LONG_PAUSE_SECS: i64 = 3 * 3600;
+/// Long pauses that began in one quarter of the day that make them a daily habit.
+const DAILY_PAUSES: u32 = 2;
+
+/// Whether a workload's long pauses recur at one time of day: an office-hours server's
+/// nights do; a chatty server that now and then goes quiet for hours does not. The two
+/// share a rhythm (short idle spans by day) but not what a pause at 19:00 means, so they
+/// do not pool their long pauses. Measured with `backtest --sweep`
+/// (docs/decision-quality.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Daily(pub bool);
+
+impl Daily {
+    fn words(self) -> &'static str {
+        if self.0 {
+            "long pauses recurring at one time of day"
+        } else {
+            "no recurring long pause"
+        }
+    }
+}
+
+/// A workload's own estimate blended with its peers': the peers' spans weigh as this
+/// many cases. A workload's own history holds few long pauses (ten, say), and a share
+/// over ten cases is a coarse thing: "0 of 10" is not a zero risk. Measured with
+/// `backtest --sweep`: 10 and 30 did as well (docs/decision-quality.md).
+pub const PEER_WEIGHT: u32 = 20;
+
+/// The peers' share an own estimate was blended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blend {
+    /// Peers' spans (the workload's own left out) that outlasted `idle_for` and then ended
+    /// within the horizon.
+    pub resumed: u32,
+    /// Peers' spans that outlasted `idle_for`.
+    pub longer: u32,
+    /// Which peers.
+    pub basis: Basis,
+}
+
 /// One resumption-risk estimate, with its evidence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
@@ -134,51 +181,84 @@ pub struct Estimate {
     /// Past spans that outlasted `idle_for` (the denominator).
     pub longer: u32,
     pub basis: Basis,
+    /// With the own spans: the peers' share they were blended with, weighing
+    /// [`PEER_WEIGHT`] cases.
+    pub blend: Option<Blend>,
 }
 
 impl Estimate {
-    /// Probability of activity within the horizon (0–1).
+    /// Probability of activity within the horizon (0–1): the share of the cases that
+    /// ended within it, or with a blend, `(resumed + w·peers' share) / (longer + w)`.
     pub fn risk(&self) -> f64 {
-        if self.longer == 0 {
-            1.0
-        } else {
-            f64::from(self.resumed) / f64::from(self.longer)
+        let (k, n) = (f64::from(self.resumed), f64::from(self.longer));
+        match &self.blend {
+            Some(b) if b.longer > 0 => {
+                let w = f64::from(PEER_WEIGHT);
+                (k + w * f64::from(b.resumed) / f64::from(b.longer)) / (n + w)
+            }
+            _ if self.longer == 0 => 1.0,
+            _ => k / n,
         }
     }
 
     /// "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of
-    /// 40 cases (5 %)".
+    /// 40 cases (5 %)", and with a blend "…in 2 of 12 cases; other MemoryHeld workloads'
+    /// idle spans longer than 3h10m in 8 of 112 (7 %), weighed as 20 cases: 10 %".
     pub fn sentence(&self) -> String {
-        let (spans, hours) = match self.basis {
-            Basis::Own => ("this workload's idle spans".to_string(), None),
-            Basis::Rhythm(shape, rhythm, hours) => (
-                format!(
-                    "idle spans of {} workloads with {}",
-                    shape.as_str(),
-                    rhythm.words()
-                ),
-                hours,
-            ),
-            Basis::Peers(shape, hours) => {
-                (format!("{} workloads' idle spans", shape.as_str()), hours)
-            }
-        };
-        // Conditioned on the hours: say so, and which.
-        let longer = match hours {
-            Some(h) => format!(
-                "that began in {} as this one did and lasted longer than",
-                h.words()
-            ),
-            None => "longer than".to_string(),
-        };
         let t = human(self.idle_for);
-        format!(
-            "idle {t}; {spans} {longer} {t} ended within {} in {} of {} cases ({:.0} %)",
+        let own = format!(
+            "idle {t}; {} {t} ended within {} in {} of {} cases",
+            describe(self.basis, false),
             human(self.horizon),
             self.resumed,
             self.longer,
-            self.risk() * 100.0
-        )
+        );
+        match &self.blend {
+            Some(b) => format!(
+                "{own}; {} {t} in {} of {} ({:.0} %), weighed as {PEER_WEIGHT} cases: {:.0} %",
+                describe(b.basis, true),
+                b.resumed,
+                b.longer,
+                if b.longer > 0 {
+                    f64::from(b.resumed) / f64::from(b.longer) * 100.0
+                } else {
+                    0.0
+                },
+                self.risk() * 100.0
+            ),
+            None => format!("{own} ({:.0} %)", self.risk() * 100.0),
+        }
+    }
+}
+
+/// "this workload's idle spans longer than", "idle spans of MemoryHeld workloads with … that
+/// began in 18:00–00:00 UTC as this one did and lasted longer than"; `others`: the peers
+/// other than this workload.
+fn describe(basis: Basis, others: bool) -> String {
+    let other = if others { "other " } else { "" };
+    let (spans, hours) = match basis {
+        Basis::Own => ("this workload's idle spans".to_string(), None),
+        Basis::Rhythm(shape, rhythm, daily, hours) => (
+            format!(
+                "idle spans of {other}{} workloads with {} and {}",
+                shape.as_str(),
+                rhythm.words(),
+                daily.words()
+            ),
+            hours,
+        ),
+        Basis::Peers(shape, hours) => (
+            format!("{other}{} workloads' idle spans", shape.as_str()),
+            hours,
+        ),
+    };
+    // Conditioned on the hours: say so, and which.
+    match hours {
+        Some(h) => format!(
+            "{spans} that began in {} as this one did and lasted longer than",
+            h.words()
+        ),
+        None => format!("{spans} longer than"),
     }
 }
 
@@ -203,6 +283,8 @@ struct Span {
     resumed: bool,
     shape: Option<IdleShape>,
     rhythm: Option<Rhythm>,
+    /// The workload's [`Daily`] when the span ended.
+    daily: Daily,
 }
 
 /// Idle spans of one workload over the lookback, plus the span in progress.
@@ -218,6 +300,8 @@ pub struct IdleHistory {
     shape: Option<IdleShape>,
     /// Its resumed spans kept, by rhythm class (for the median).
     by_rhythm: [u32; 4],
+    /// Its long pauses kept, by the quarter of the day they began in.
+    long_by_quarter: [u32; 4],
 }
 
 impl IdleHistory {
@@ -246,10 +330,41 @@ impl IdleHistory {
         None
     }
 
+    /// Whether its long pauses recur at one time of day: at least [`DAILY_PAUSES`] of
+    /// them kept began in the same quarter of the day.
+    pub fn daily(&self) -> Daily {
+        Daily(self.long_by_quarter.iter().any(|n| *n >= DAILY_PAUSES))
+    }
+
+    /// Counts a kept span in (or out of) the rhythm and long-pause tallies.
+    fn tally(&mut self, span: &Span, add: bool) {
+        let bump = |slot: &mut u32| *slot = if add { *slot + 1 } else { slot.saturating_sub(1) };
+        if span.resumed {
+            bump(&mut self.by_rhythm[Rhythm::of(span.length).index()]);
+        }
+        if span.length >= LONG_PAUSE_SECS {
+            bump(&mut self.long_by_quarter[Hours::of(span.began).index()]);
+        }
+    }
+
     /// Counts (resumed within the horizon, outlasted `t`) over this workload's spans.
     fn counts(&self, t: i64, h: i64) -> (u32, u32) {
+        self.counts_where(t, h, |_| true)
+    }
+
+    /// [`Self::counts`] over its spans in the pool `key` only (to leave them out of it).
+    fn counts_in(&self, t: i64, h: i64, key: PoolKey) -> (u32, u32) {
+        let (shape, rhythm, hours) = key;
+        self.counts_where(t, h, |s| {
+            s.shape == Some(shape)
+                && rhythm.is_none_or(|(r, d)| s.rhythm == Some(r) && s.daily == d)
+                && hours.is_none_or(|hr| Hours::of(s.began) == hr)
+        })
+    }
+
+    fn counts_where(&self, t: i64, h: i64, keep: impl Fn(&Span) -> bool) -> (u32, u32) {
         let (mut resumed, mut longer) = (0, 0);
-        for s in &self.spans {
+        for s in self.spans.iter().filter(|s| keep(s)) {
             if s.resumed {
                 if s.length > t {
                     longer += 1;
@@ -320,7 +435,7 @@ pub struct Histories<K> {
     pool: HashMap<PoolKey, Pool>,
 }
 
-type PoolKey = (IdleShape, Option<Rhythm>, Option<Hours>);
+type PoolKey = (IdleShape, Option<(Rhythm, Daily)>, Option<Hours>);
 
 impl<K: Eq + Hash + Clone> Histories<K> {
     pub fn new(params: RiskParams) -> Self {
@@ -362,9 +477,9 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let hours = Hours::of(span.began);
         let keys = [
             Some((shape, None, None)),
-            span.rhythm.map(|r| (shape, Some(r), None)),
+            span.rhythm.map(|r| (shape, Some((r, span.daily)), None)),
             Some((shape, None, Some(hours))),
-            span.rhythm.map(|r| (shape, Some(r), Some(hours))),
+            span.rhythm.map(|r| (shape, Some((r, span.daily)), Some(hours))),
         ];
         for key in keys.into_iter().flatten() {
             let pool = self.pool.entry(key).or_insert_with(|| Pool {
@@ -382,9 +497,8 @@ impl<K: Eq + Hash + Clone> Histories<K> {
     fn push(&mut self, key: &K, mut span: Span) {
         if let Some(h) = self.by_workload.get_mut(key) {
             span.rhythm = h.rhythm();
-            if span.resumed {
-                h.by_rhythm[Rhythm::of(span.length).index()] += 1;
-            }
+            span.daily = h.daily();
+            h.tally(&span, true);
             h.spans.push_back(span);
         }
         self.pool_add(&span, 1);
@@ -417,6 +531,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                         resumed: true,
                         shape,
                         rhythm: None,
+                        daily: Daily(false),
                     },
                 );
             }
@@ -450,6 +565,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                 resumed: false,
                 shape,
                 rhythm: None,
+                daily: Daily(false),
             },
         );
     }
@@ -466,10 +582,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         self.by_workload.retain(|k, h| {
             while let Some(s) = h.spans.front().filter(|s| s.ended_at < horizon).copied() {
                 h.spans.pop_front();
-                if s.resumed {
-                    let slot = &mut h.by_rhythm[Rhythm::of(s.length).index()];
-                    *slot = slot.saturating_sub(1);
-                }
+                h.tally(&s, false);
                 dropped.push(s);
             }
             if present(k) {
@@ -505,7 +618,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
             if w.shape != Some(shape)
                 || k == key
                 || to.duration_since(from).as_secs() < seconds
-                || rhythm.is_some_and(|r| w.rhythm() != Some(r))
+                || rhythm.is_some_and(|(r, d)| w.rhythm() != Some(r) || w.daily() != d)
                 || hours.is_some_and(|h| Hours::of(from) != h)
             {
                 continue;
@@ -515,11 +628,13 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         n
     }
 
-    /// The resumption risk of `key`, idle in `shape` for `idle_for`: from its own spans,
-    /// else the pooled spans (finished, and the other workloads' in progress) of its shape
-    /// and rhythm that began in the same quarter of the day as its span in progress, else
-    /// of its shape in that quarter, else of its shape and rhythm, else of its shape.
-    /// None when none of them has `min_spans` qualifying cases.
+    /// The resumption risk of `key`, idle in `shape` for `idle_for`. The first source
+    /// with `min_spans` qualifying cases among the pooled spans (finished, and the other
+    /// workloads' in progress) of its shape and rhythm that began in the same quarter of
+    /// the day as its span in progress, of its shape in that quarter, of its shape and
+    /// rhythm, of its shape. When its own spans have `min_spans` qualifying cases too, they
+    /// decide, blended with that source's other workloads' spans weighing [`PEER_WEIGHT`]
+    /// cases. None when neither has enough cases.
     pub fn estimate(
         &self,
         key: &K,
@@ -528,21 +643,10 @@ impl<K: Eq + Hash + Clone> Histories<K> {
     ) -> Option<Estimate> {
         let (t, h) = (idle_for.as_secs(), self.params.horizon.as_secs());
         let min = self.params.min_spans.max(1);
-        let make = |(resumed, longer), basis| Estimate {
-            idle_for,
-            horizon: self.params.horizon,
-            resumed,
-            longer,
-            basis,
-        };
-        if let Some(own) = self.by_workload.get(key) {
-            let counts = own.counts(t, h);
-            if counts.1 >= min {
-                return Some(make(counts, Basis::Own));
-            }
-        }
         let own = self.by_workload.get(key);
+        let own_counts = own.map(|w| w.counts(t, h)).filter(|c| c.1 >= min);
         let rhythm = own.and_then(IdleHistory::rhythm);
+        let daily = own.map_or(Daily(false), IdleHistory::daily);
         // The hours of the day this span began in (its last busy instant).
         let hours = own.and_then(|w| w.last_busy).map(Hours::of);
         // The hours of the day come before the rhythm: a pause that began in the evening is
@@ -550,40 +654,82 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let candidates = [
             rhythm.zip(hours).map(|(r, hr)| {
                 (
-                    (shape, Some(r), Some(hr)),
-                    Basis::Rhythm(shape, r, Some(hr)),
+                    (shape, Some((r, daily)), Some(hr)),
+                    Basis::Rhythm(shape, r, daily, Some(hr)),
                 )
             }),
             hours.map(|hr| ((shape, None, Some(hr)), Basis::Peers(shape, Some(hr)))),
-            rhythm.map(|r| ((shape, Some(r), None), Basis::Rhythm(shape, r, None))),
+            rhythm.map(|r| {
+                (
+                    (shape, Some((r, daily)), None),
+                    Basis::Rhythm(shape, r, daily, None),
+                )
+            }),
             Some(((shape, None, None), Basis::Peers(shape, None))),
         ];
+        let mut peers = None;
         for (pool_key, basis) in candidates.into_iter().flatten() {
-            // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
-            let tb = self.bucket(t);
-            let thb = self.bucket(t + h);
-            let (resumed, longer_resumed, censored) = match self.pool.get(&pool_key) {
-                Some(pool) => (
-                    pool.resumed.prefix(thb) - pool.resumed.prefix(tb),
-                    pool.resumed.total() - pool.resumed.prefix(tb),
-                    match thb {
-                        0 => pool.censored.total(),
-                        b => pool.censored.total() - pool.censored.prefix(b - 1),
-                    },
-                ),
-                // No finished span yet: only spans in progress can count.
-                None => (0, 0, 0),
-            };
-            let open = self.open_longer(key, pool_key, t + h);
-            let counts = (
-                u32::try_from(resumed).unwrap_or(u32::MAX),
-                u32::try_from(longer_resumed + censored + open).unwrap_or(u32::MAX),
-            );
-            if counts.1 >= min {
-                return Some(make(counts, basis));
+            let (mut resumed, mut longer) = self.pool_counts(key, pool_key, t, h);
+            if own_counts.is_some() {
+                // Blended with the own spans: the others' only.
+                let (r, l) = own.map_or((0, 0), |w| w.counts_in(t, h, pool_key));
+                resumed = resumed.saturating_sub(r);
+                longer = longer.saturating_sub(l);
+            }
+            if longer >= min {
+                peers = Some((resumed, longer, basis));
+                break;
             }
         }
-        None
+        let estimate = |(resumed, longer), basis, blend| Estimate {
+            idle_for,
+            horizon: self.params.horizon,
+            resumed,
+            longer,
+            basis,
+            blend,
+        };
+        match (own_counts, peers) {
+            (Some(counts), Some((resumed, longer, basis))) => Some(estimate(
+                counts,
+                Basis::Own,
+                Some(Blend {
+                    resumed,
+                    longer,
+                    basis,
+                }),
+            )),
+            (Some(counts), None) => Some(estimate(counts, Basis::Own, None)),
+            (None, Some((resumed, longer, basis))) => {
+                Some(estimate((resumed, longer), basis, None))
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// (resumed within the horizon, outlasted `t`) over the pool `pool_key`: its finished
+    /// spans and the spans in progress of workloads other than `key`.
+    fn pool_counts(&self, key: &K, pool_key: PoolKey, t: i64, h: i64) -> (u32, u32) {
+        // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
+        let tb = self.bucket(t);
+        let thb = self.bucket(t + h);
+        let (resumed, longer_resumed, censored) = match self.pool.get(&pool_key) {
+            Some(pool) => (
+                pool.resumed.prefix(thb) - pool.resumed.prefix(tb),
+                pool.resumed.total() - pool.resumed.prefix(tb),
+                match thb {
+                    0 => pool.censored.total(),
+                    b => pool.censored.total() - pool.censored.prefix(b - 1),
+                },
+            ),
+            // No finished span yet: only spans in progress can count.
+            None => (0, 0, 0),
+        };
+        let open = self.open_longer(key, pool_key, t + h);
+        (
+            u32::try_from(resumed).unwrap_or(u32::MAX),
+            u32::try_from(longer_resumed + censored + open).unwrap_or(u32::MAX),
+        )
     }
 }
 
