@@ -79,6 +79,7 @@ fn estimate(resumed: u32, longer: u32, idle_for: SignedDuration) -> Estimate {
         resumed,
         longer,
         basis: Basis::Own,
+        blend: None,
     }
 }
 
@@ -163,6 +164,39 @@ fn without_enough_history_the_fixed_durations_decide() {
     let d = decide_at(&spec, &LadderState::default(), 31, None);
     assert!(
         d.reason.contains("fewer than idle.minIdleSpans (10)"),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn max_idle_is_when_the_action_is_due_and_the_warning_comes_a_notice_before() {
+    // warn.after 30m, action.after 1h: 30 minutes of notice.
+    let spec = risk_spec(0.01, Some("8h"), PolicyMode::Enforce);
+    let high = Some((30, 40));
+    let d = decide_at(&spec, &LadderState::default(), 449, high);
+    assert_eq!(d.step, Step::Nothing);
+    assert_eq!(d.next_step_at, Some(at(450)));
+    let d = decide_at(&spec, &LadderState::default(), 450, high);
+    assert_eq!(d.step, Step::Warn);
+    assert!(
+        d.reason
+            .ends_with("; idle for 7h30m of idle.maxIdle (8h): the action is due at idle.maxIdle, whatever the resumption risk"),
+        "{}",
+        d.reason
+    );
+    let warned = LadderState {
+        warned_at: Some(at(450)),
+        ..LadderState::default()
+    };
+    let d = decide_at(&spec, &warned, 479, high);
+    assert_eq!(d.step, Step::Nothing);
+    assert_eq!(d.next_step_at, Some(at(480)));
+    let d = decide_at(&spec, &warned, 480, high);
+    assert!(matches!(d.step, Step::Act(_)), "{d:?}");
+    assert!(
+        d.reason
+            .ends_with("idle past idle.maxIdle (8h), whatever the resumption risk"),
         "{}",
         d.reason
     );

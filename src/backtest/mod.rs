@@ -187,7 +187,8 @@ pub fn run(
     let mut history: Histories<usize> = Histories::new(rules.risk);
     let steps_per_hour = (3600 / trace.step_seconds).max(1);
     let step_secs = trace.step_seconds.max(1);
-    let warm_until = trace.first_bucket + (options.warmup.as_secs().max(0) + step_secs - 1) / step_secs;
+    let warm_until =
+        trace.first_bucket + (options.warmup.as_secs().max(0) + step_secs - 1) / step_secs;
 
     for bucket in trace.first_bucket..=trace.last_bucket {
         let now = ts(bucket * trace.step_seconds);

@@ -66,7 +66,10 @@ pub enum CurvePosition {
 /// The fixed curve: fixed points by regret rate, without those another fixed point beats
 /// on both counts (reclaims as much or more at a rate no higher).
 fn fixed_curve(points: &[Point]) -> Vec<&Point> {
-    let mut fixed: Vec<&Point> = points.iter().filter(|p| p.family == Family::Fixed).collect();
+    let mut fixed: Vec<&Point> = points
+        .iter()
+        .filter(|p| p.family == Family::Fixed)
+        .collect();
     fixed.sort_by(|a, b| {
         a.regret_rate
             .total_cmp(&b.regret_rate)
@@ -89,9 +92,17 @@ pub fn versus_fixed(curve: &[&Point], p: &Point) -> Option<VsFixed> {
     let (first, last) = (curve.first()?, curve.last()?);
     let r = p.regret_rate;
     let (against, position, at) = if r < first.regret_rate {
-        (first.label.clone(), CurvePosition::Below, first.reclaimed_gpu_hours)
+        (
+            first.label.clone(),
+            CurvePosition::Below,
+            first.reclaimed_gpu_hours,
+        )
     } else if r > last.regret_rate {
-        (last.label.clone(), CurvePosition::Above, last.reclaimed_gpu_hours)
+        (
+            last.label.clone(),
+            CurvePosition::Above,
+            last.reclaimed_gpu_hours,
+        )
     } else {
         let k = curve
             .windows(2)
@@ -100,7 +111,11 @@ pub fn versus_fixed(curve: &[&Point], p: &Point) -> Option<VsFixed> {
         match curve.get(k..=k + 1) {
             Some([a, b]) => {
                 let span = b.regret_rate - a.regret_rate;
-                let f = if span > 0.0 { (r - a.regret_rate) / span } else { 1.0 };
+                let f = if span > 0.0 {
+                    (r - a.regret_rate) / span
+                } else {
+                    1.0
+                };
                 (
                     format!("{}–{}", a.label, b.label),
                     CurvePosition::Inside,
@@ -108,7 +123,11 @@ pub fn versus_fixed(curve: &[&Point], p: &Point) -> Option<VsFixed> {
                 )
             }
             // A single-point curve, at exactly its rate.
-            _ => (first.label.clone(), CurvePosition::Inside, first.reclaimed_gpu_hours),
+            _ => (
+                first.label.clone(),
+                CurvePosition::Inside,
+                first.reclaimed_gpu_hours,
+            ),
         }
     };
     Some(VsFixed {

@@ -338,7 +338,13 @@ impl IdleHistory {
 
     /// Counts a kept span in (or out of) the rhythm and long-pause tallies.
     fn tally(&mut self, span: &Span, add: bool) {
-        let bump = |slot: &mut u32| *slot = if add { *slot + 1 } else { slot.saturating_sub(1) };
+        let bump = |slot: &mut u32| {
+            *slot = if add {
+                *slot + 1
+            } else {
+                slot.saturating_sub(1)
+            }
+        };
         if span.resumed {
             bump(&mut self.by_rhythm[Rhythm::of(span.length).index()]);
         }
@@ -479,7 +485,8 @@ impl<K: Eq + Hash + Clone> Histories<K> {
             Some((shape, None, None)),
             span.rhythm.map(|r| (shape, Some((r, span.daily)), None)),
             Some((shape, None, Some(hours))),
-            span.rhythm.map(|r| (shape, Some((r, span.daily)), Some(hours))),
+            span.rhythm
+                .map(|r| (shape, Some((r, span.daily)), Some(hours))),
         ];
         for key in keys.into_iter().flatten() {
             let pool = self.pool.entry(key).or_insert_with(|| Pool {
@@ -828,32 +835,141 @@ mod tests {
         // eight), so the rhythm at any hour decides.
         let mut h = Histories::new(params(9));
         let mut chatty: Vec<i64> = vec![3; 30];
-        chatty.extend([300; 12]); // its long pauses last 5 hours
+        // Its pauses last 2h59m: past 30 minutes, they outlast the horizon. (Not 3h: those
+        // would be long pauses, and recurring at one time of day, as they are here, a
+        // daily habit the third workload does not share.)
+        chatty.extend([179; 12]);
         let mut sparse: Vec<i64> = vec![30; 30];
         sparse.extend([90; 12]); // its long pauses end within the horizon
         feed(&mut h, 1, 0, &chatty);
         feed(&mut h, 2, 0, &sparse);
         feed(&mut h, 3, 0, &[3; 30]);
         assert_eq!(h.get(&1).unwrap().rhythm(), Some(Rhythm::Chatty));
+        assert_eq!(h.get(&1).unwrap().daily(), Daily(false));
         assert_eq!(h.get(&2).unwrap().rhythm(), Some(Rhythm::Sparse));
         let e = h
-            .estimate(&3, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .estimate(&3, IdleShape::MemoryHeld, SignedDuration::from_mins(30))
             .unwrap();
         assert_eq!(
             e.basis,
-            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, None)
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, Daily(false), None)
         );
         assert_eq!((e.resumed, e.longer), (0, 12));
         assert_eq!(
             e.sentence(),
-            "idle 1h; idle spans of MemoryHeld workloads with a typical idle span under 4m longer than 1h ended within 2h in 0 of 12 cases (0 %)"
+            "idle 30m; idle spans of MemoryHeld workloads with a typical idle span under 4m and no recurring long pause longer than 30m ended within 2h in 0 of 12 cases (0 %)"
         );
         // A workload without a rhythm yet gets every peer of its shape.
         let e = h
-            .estimate(&4, IdleShape::MemoryHeld, SignedDuration::from_hours(1))
+            .estimate(&4, IdleShape::MemoryHeld, SignedDuration::from_mins(30))
             .unwrap();
         assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
         assert_eq!((e.resumed, e.longer), (12, 24));
+    }
+
+    /// A chatty day: 3-minute pauses from `from` for `n` spans; returns the last busy
+    /// instant.
+    fn chatty_day(h: &mut Histories<u32>, key: u32, from: Timestamp, n: usize) -> Timestamp {
+        let mut at = from;
+        h.busy(&key, at, STEP);
+        for _ in 0..n {
+            idle_between(h, key, at, at + SignedDuration::from_mins(3));
+            at += SignedDuration::from_mins(3);
+            h.busy(&key, at, STEP);
+        }
+        at
+    }
+
+    #[test]
+    fn an_office_hours_server_and_a_chatty_one_that_goes_quiet_do_not_pool_their_pauses() {
+        let mut h = Histories::new(params(3));
+        // Four office-hours servers: chatty by day, a night from 19:00 to 07:00.
+        for key in 1..=4 {
+            h.set_shape(&key, IdleShape::MemoryHeld);
+            for d in 0..6 {
+                let end = chatty_day(&mut h, key, clock(d, 7, 0), 30);
+                busy_through(&mut h, key, end, clock(d, 19, 0));
+                idle_between(&mut h, key, clock(d, 19, 0), clock(d + 1, 7, 0));
+            }
+            h.busy(&key, clock(6, 7, 0), STEP);
+            assert_eq!(h.get(&key).unwrap().daily(), Daily(true));
+        }
+        // Four always-on chatty servers that went quiet one evening each, for 2h30m.
+        for key in 5..=8 {
+            h.set_shape(&key, IdleShape::MemoryHeld);
+            let mut at = chatty_day(&mut h, key, clock(0, 0, 0), 40);
+            for d in 0..6 {
+                let quiet = clock(d, 18, 30 + i64::from(key));
+                busy_through(&mut h, key, at, quiet);
+                idle_between(&mut h, key, quiet, quiet + SignedDuration::from_mins(150));
+                at = chatty_day(&mut h, key, quiet + SignedDuration::from_mins(150), 5);
+            }
+            assert_eq!(h.get(&key).unwrap().rhythm(), Some(Rhythm::Chatty));
+            assert_eq!(h.get(&key).unwrap().daily(), Daily(false));
+        }
+        // Another always-on chatty server, idle for an hour since 19:00: its peers' quiet
+        // evenings ended within the horizon, whatever the office-hours servers' nights say.
+        let mut at = chatty_day(&mut h, 9, clock(6, 0, 0), 40);
+        at = chatty_day(&mut h, 9, at, 1);
+        let e = ask(&mut h, 9, at.max(clock(6, 19, 0)), 60).unwrap();
+        let evening = Some(Hours { first: 18 });
+        assert_eq!(
+            e.basis,
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, Daily(false), evening)
+        );
+        // 24 quiet evenings, all ended within the horizon, and 8 nights: each office-hours
+        // server's first two, which ended before its habit was known (a span pools with the
+        // rhythm its workload had when it ended). Borrowing all 24 nights would give 24 of
+        // 48.
+        assert_eq!((e.resumed, e.longer), (24, 32));
+        assert!(
+            e.sentence()
+                .contains("no recurring long pause that began in 18:00–00:00 UTC"),
+            "{}",
+            e.sentence()
+        );
+    }
+
+    #[test]
+    fn own_spans_are_blended_with_the_peers_weighing_twenty_cases() {
+        let mut h = Histories::new(params(3));
+        // Workload 1: five pauses past 2h, all lasting; workload 2: twelve, all ending
+        // within the horizon.
+        feed(&mut h, 1, 0, &[600; 5]);
+        feed(&mut h, 2, 0, &[180; 12]);
+        let e = h
+            .estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_mins(121))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer, e.basis), (0, 5, Basis::Own));
+        let blend = e.blend.clone().unwrap();
+        // The peers' share leaves workload 1's own spans out: all of workload 2's that
+        // began in the same quarter of the day as workload 1's pause.
+        assert!(blend.longer >= 3, "{blend:?}");
+        assert_eq!(blend.resumed, blend.longer);
+        assert!(matches!(
+            blend.basis,
+            Basis::Peers(IdleShape::MemoryHeld, Some(_))
+        ));
+        // (0 + 20 × 1) / (5 + 20) = 80 %, not the 0 % of its own five cases.
+        assert!((e.risk() - 0.8).abs() < 1e-9, "{}", e.risk());
+        let sentence = e.sentence();
+        assert!(
+            sentence.starts_with(
+                "idle 2h1m; this workload's idle spans longer than 2h1m ended within 2h in 0 of 5 cases; other MemoryHeld workloads' idle spans that began in "
+            ) && sentence.ends_with(&format!(
+                "in {0} of {0} (100 %), weighed as 20 cases: 80 %",
+                blend.longer
+            )),
+            "{sentence}"
+        );
+        // Too few peers: the own spans alone.
+        let mut alone = Histories::new(params(3));
+        feed(&mut alone, 1, 0, &[600; 5]);
+        let e = alone
+            .estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_mins(121))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer, &e.blend), (0, 5, &None));
+        assert_eq!(e.risk(), 0.0);
     }
 
     #[test]
@@ -987,7 +1103,8 @@ mod tests {
     #[test]
     fn too_few_pauses_in_this_quarter_of_the_day_fall_back_to_the_rhythm_at_any_hour() {
         let mut h = Histories::new(params(5));
-        // A chatty workload whose long pauses (5 h) all began around 22:00.
+        // A chatty workload whose pauses of 2h50m (not 3h: no daily habit) all began around
+        // 22:00.
         busy_through(&mut h, 1, clock(0, 0, 0), clock(0, 0, 0));
         h.set_shape(&1, IdleShape::MemoryHeld);
         let mut at = clock(0, 0, 0);
@@ -999,8 +1116,9 @@ mod tests {
         for d in 0..6 {
             let from = clock(d, 22, 0);
             busy_through(&mut h, 1, at, from);
-            idle_between(&mut h, 1, from, from + SignedDuration::from_hours(5));
-            at = from + SignedDuration::from_hours(5);
+            let pause = SignedDuration::from_mins(170);
+            idle_between(&mut h, 1, from, from + pause);
+            at = from + pause;
             h.busy(&1, at, STEP);
         }
         assert_eq!(h.get(&1).unwrap().rhythm(), Some(Rhythm::Chatty));
@@ -1010,18 +1128,18 @@ mod tests {
         let evening = Some(Hours { first: 18 });
         assert_eq!(
             e.basis,
-            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, evening)
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, Daily(false), evening)
         );
-        assert_eq!((e.resumed, e.longer), (0, 6));
+        assert_eq!((e.resumed, e.longer), (6, 6));
         // Idle an hour since 10:00: no long pause began 06:00–12:00, nor any of any
         // rhythm: the rhythm's pauses at any hour decide.
         feed(&mut h, 3, 0, &[3; 30]);
         let e = ask(&mut h, 3, clock(6, 10, 0), 60).unwrap();
         assert_eq!(
             e.basis,
-            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, None)
+            Basis::Rhythm(IdleShape::MemoryHeld, Rhythm::Chatty, Daily(false), None)
         );
-        assert_eq!((e.resumed, e.longer), (0, 6));
+        assert_eq!((e.resumed, e.longer), (6, 6));
     }
 
     #[test]

@@ -231,12 +231,15 @@ pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
         "family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours,fixed_curve_gpu_hours,margin_gpu_hours\n",
     );
     for p in points {
-        let (curve, margin) = p.vs_fixed.as_ref().map_or((String::new(), String::new()), |v| {
-            (
-                format!("{:.3}", v.curve_gpu_hours),
-                format!("{:.3}", v.margin_gpu_hours),
-            )
-        });
+        let (curve, margin) = p
+            .vs_fixed
+            .as_ref()
+            .map_or((String::new(), String::new()), |v| {
+                (
+                    format!("{:.3}", v.curve_gpu_hours),
+                    format!("{:.3}", v.margin_gpu_hours),
+                )
+            });
         let _ = writeln!(
             out,
             "{:?},{},{},{},{:.4},{:.3},{curve},{margin}",
