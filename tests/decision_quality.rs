@@ -322,6 +322,58 @@ proptest! {
     }
 }
 
+#[test]
+fn a_warm_up_teaches_the_history_and_neither_warns_acts_nor_counts() {
+    let mix = Mix {
+        inference: 12,
+        hung_jobs: 2,
+        hours: 12,
+        seed: 7,
+        ..Mix::default()
+    };
+    let trace = read(&synth(&mix));
+    let policy = sample_policy();
+    let run = |warmup: i64| {
+        let options = BacktestOptions {
+            regret_horizon: SignedDuration::from_hours(2),
+            keep_timelines: false,
+            warmup: SignedDuration::from_hours(warmup),
+        };
+        backtest::run("p", &policy, &trace, &options)
+    };
+    let (cold, warm) = (run(0), run(4));
+    let from = mix.start + 4 * 3600;
+    assert_eq!(warm.start.as_second(), from);
+    assert_eq!(cold.start.as_second(), mix.start);
+    let first = |b: &backtest::Backtest| {
+        b.workloads
+            .iter()
+            .flat_map(|w| w.warnings.iter().chain(w.actions.iter().map(|a| &a.at)))
+            .map(|t| t.as_second())
+            .min()
+    };
+    assert!(first(&cold).unwrap() < from, "the cold run acts early");
+    assert!(
+        first(&warm).unwrap() >= from,
+        "nothing before the warm-up ends"
+    );
+    assert!(warm.summary.actions > 0, "the warm run still acts");
+    // Eight hours counted instead of twelve, for 14 workloads' GPUs.
+    let ratio = warm.summary.gpu_hours / cold.summary.gpu_hours;
+    assert!((0.6..0.75).contains(&ratio), "{ratio}");
+    // Every action says why, with the estimate when the gate decided.
+    let reasons: Vec<&str> = warm
+        .workloads
+        .iter()
+        .flat_map(|w| &w.actions)
+        .map(|a| a.reason.as_str())
+        .collect();
+    assert!(
+        reasons.iter().all(|r| r.starts_with("idle for ")),
+        "{reasons:?}"
+    );
+}
+
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
 fn cli(args: &[&str]) -> (bool, String, String) {
@@ -394,6 +446,60 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
     assert!(
         rows.iter().all(|r| r[5].parse::<f64>().unwrap() > 0.0),
         "{out}"
+    );
+}
+
+#[test]
+fn the_sweep_compares_each_risk_level_with_the_fixed_curve_and_names_a_missing_warm_up() {
+    let args = [
+        "backtest",
+        "--sweep",
+        "--synthetic",
+        "inference=12,hours=30,seed=5",
+        "--policy",
+        "config/samples/inference-risk.yaml",
+    ];
+    let (ok, out, err) = cli(&args);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("VS THE FIXED CURVE AT THAT REGRET RATE"),
+        "{out}"
+    );
+    assert!(
+        out.contains("risk levels are above the fixed curve"),
+        "{out}"
+    );
+    assert!(out.contains("Add --warmup 24h"), "{out}");
+    let mut warm = args.to_vec();
+    warm.extend(["--warmup", "6h", "--format", "csv"]);
+    let (ok, out, err) = cli(&warm);
+    assert!(ok, "{err}");
+    let risk: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[0] == "Risk")
+        .collect();
+    assert_eq!(risk.len(), 7);
+    for r in &risk {
+        // margin = reclaimed − the curve's, as printed.
+        let (reclaimed, curve, margin): (f64, f64, f64) = (
+            r[5].parse().unwrap(),
+            r[6].parse().unwrap(),
+            r[7].parse().unwrap(),
+        );
+        assert!((reclaimed - curve - margin).abs() < 0.01, "{r:?}");
+    }
+    let (ok, _, err) = cli(&[
+        "backtest",
+        "--synthetic",
+        "inference=2,hours=30",
+        "--warmup",
+        "30h",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("--warmup: 30h leaves nothing of the 30h trace to evaluate: use a shorter warm-up, e.g. --warmup 7h30m"),
+        "{err}"
     );
 }
 

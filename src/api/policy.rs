@@ -208,8 +208,9 @@ pub struct IdleSpec {
     #[serde(default = "default_min_idle_spans")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.idle.minIdleSpans must be at least 1, e.g. 10"))]
     pub min_idle_spans: u32,
-    /// Ceiling: a workload idle this long is warned and acted on whatever its resumption
-    /// risk (exemptions, snoozes and Audit mode still apply), e.g. `8h`.
+    /// Ceiling: a workload idle this long is acted on whatever its resumption risk; its
+    /// warning comes the notice (action.after − warn.after) before (exemptions, snoozes
+    /// and Audit mode still apply), e.g. `8h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_idle: Option<Duration>,
 }

@@ -381,3 +381,62 @@ pub fn risk_dominates_fixed(points: &[Point]) -> Vec<(String, Option<String>)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(family: Family, label: &str, rate: f64, gpu_hours: f64) -> Point {
+        Point {
+            family,
+            label: label.into(),
+            actions: 100,
+            regrets: (rate * 100.0) as usize,
+            regret_rate: rate,
+            reclaimed_gpu_hours: gpu_hours,
+            vs_fixed: None,
+        }
+    }
+
+    #[test]
+    fn the_fixed_curve_leaves_out_dominated_points_and_interpolates_between_the_rest() {
+        let points = [
+            p(Family::Fixed, "1h", 0.50, 8000.0),
+            p(Family::Fixed, "4h", 0.20, 5000.0),
+            // Worse than 4h on both counts: not on the curve.
+            p(Family::Fixed, "6h", 0.22, 4000.0),
+            p(Family::Fixed, "8h", 0.10, 3000.0),
+            p(Family::Baseline, "other", 0.05, 9000.0),
+        ];
+        let curve = fixed_curve(&points);
+        let labels: Vec<&str> = curve.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels, ["8h", "4h", "1h"]);
+        // Halfway between 8h and 4h: the curve gives 4,000.
+        let v = versus_fixed(&curve, &p(Family::Risk, "r", 0.15, 4500.0)).unwrap();
+        assert_eq!(v.position, CurvePosition::Inside);
+        assert_eq!(v.against, "8h–4h");
+        assert!((v.curve_gpu_hours - 4000.0).abs() < 1e-9);
+        assert!((v.margin_gpu_hours - 500.0).abs() < 1e-9);
+        // Fewer regrets than every fixed point: against the one that regrets least.
+        let v = versus_fixed(&curve, &p(Family::Risk, "r", 0.05, 2900.0)).unwrap();
+        assert_eq!(
+            (v.position, v.against.as_str()),
+            (CurvePosition::Below, "8h")
+        );
+        assert!((v.margin_gpu_hours + 100.0).abs() < 1e-9);
+        let v = versus_fixed(&curve, &p(Family::Risk, "r", 0.60, 8100.0)).unwrap();
+        assert_eq!(
+            (v.position, v.against.as_str()),
+            (CurvePosition::Above, "1h")
+        );
+        assert!(versus_fixed(&[], &points[0]).is_none());
+    }
+
+    #[test]
+    fn parallel_map_keeps_the_order() {
+        let items: Vec<u64> = (0..50).collect();
+        let out = parallel_map(&items, |k, x| (k as u64) * 1000 + x * x);
+        let want: Vec<u64> = (0..50).map(|x| x * 1000 + x * x).collect();
+        assert_eq!(out, want);
+    }
+}
