@@ -443,8 +443,8 @@ pub struct BacktestArgs {
     #[arg(long, env = "GPU_REAPER_SWEEP")]
     pub sweep: bool,
     /// Generate a synthetic trace instead of reading one, e.g.
-    /// `inference=143,hours=24,seed=1` (keys: inference, notebooks, hungJobs, crashLoops,
-    /// hours, seed). See docs/decision-quality.md.
+    /// `inference=143,hours=24,seed=1` (keys: inference, replicas, notebooks, hungJobs,
+    /// crashLoops, hours, seed). See docs/decision-quality.md.
     #[arg(long, env = "GPU_REAPER_SYNTHETIC", conflicts_with_all = ["trace", "prometheus_url"])]
     pub synthetic: Option<String>,
 }

@@ -374,6 +374,97 @@ fn a_warm_up_teaches_the_history_and_neither_warns_acts_nor_counts() {
     );
 }
 
+#[test]
+fn backtest_scales_request_driven_inference_to_its_minimum_and_counts_only_the_replicas_removed() {
+    let text = std::fs::read_to_string("config/samples/inference-risk.yaml").unwrap();
+    let p: gpu_reaper::api::GpuPolicy =
+        gpu_reaper::api::validate::parse_resource(&text, "inference-risk.yaml").unwrap();
+    let mut plain = p.spec;
+    plain.mode = PolicyMode::Enforce;
+    plain.action.max_per_hour = 1000;
+    let mut soft = plain.clone();
+    soft.action.inference = Some(gpu_reaper::api::policy::InferenceAction { min_replicas: 1 });
+    let options = BacktestOptions {
+        regret_horizon: SignedDuration::from_hours(2),
+        keep_timelines: false,
+        warmup: SignedDuration::from_hours(24),
+    };
+    let three = read(&synth(&Mix {
+        inference: 8,
+        replicas: 3,
+        hours: 72,
+        seed: 3,
+        ..Mix::default()
+    }));
+    let (base, b) = (
+        backtest::run("p", &plain, &three, &options),
+        backtest::run("p", &soft, &three, &options),
+    );
+    assert_eq!(
+        base.summary.actions, b.summary.actions,
+        "the ladder is the same"
+    );
+    let mut kept = 0;
+    for (wb, w) in base.workloads.iter().zip(&b.workloads) {
+        assert_eq!(wb.gpus, 3);
+        for (ab, a) in wb.actions.iter().zip(&w.actions) {
+            assert_eq!(ab.at, a.at);
+            match a.kept_replicas {
+                // One of three replicas keeps serving: two thirds of the GPU-hours.
+                Some(1) => {
+                    kept += 1;
+                    let want = ab.reclaimed_gpu_hours * 2.0 / 3.0;
+                    assert!(
+                        (a.reclaimed_gpu_hours - want).abs() < 1e-6,
+                        "{a:?} vs {ab:?}"
+                    );
+                    assert!(
+                        a.reason
+                            .ends_with("scaled down to 1 replica(s) of 3 instead of zero"),
+                        "{}",
+                        a.reason
+                    );
+                }
+                None => assert_eq!(a.reclaimed_gpu_hours, ab.reclaimed_gpu_hours),
+                other => panic!("kept {other:?}"),
+            }
+        }
+    }
+    assert!(
+        kept > 0,
+        "some request-driven server was scaled to its minimum"
+    );
+    assert!(b.summary.reclaimed_gpu_hours < base.summary.reclaimed_gpu_hours);
+
+    // One replica each: request-driven servers are left alone, and say why.
+    let one = read(&synth(&Mix {
+        inference: 8,
+        hours: 72,
+        seed: 3,
+        ..Mix::default()
+    }));
+    let (base, b) = (
+        backtest::run("p", &plain, &one, &options),
+        backtest::run("p", &soft, &one, &options),
+    );
+    assert!(
+        b.workloads
+            .iter()
+            .flat_map(|w| &w.actions)
+            .all(|a| a.kept_replicas.is_none()),
+        "nothing to scale down from one replica"
+    );
+    // The servers left alone: acted on by the plain policy, never by the softer one.
+    let left_alone = base
+        .workloads
+        .iter()
+        .zip(&b.workloads)
+        .filter(|(wb, w)| !wb.actions.is_empty() && w.actions.is_empty())
+        .count();
+    assert!(left_alone > 0, "{:?}", b.summary);
+    assert!(b.summary.actions < base.summary.actions);
+}
+
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
 fn cli(args: &[&str]) -> (bool, String, String) {

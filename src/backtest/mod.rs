@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::api::keys;
 use crate::api::policy::{ActionType, GpuPolicySpec};
 use crate::api::selector;
+use crate::engine::inference::{self, Softer};
 use crate::engine::model::{
     Classification, Decision, GpuObservation, LadderState, PodPhase, PodState, Step, WorkloadMeta,
 };
@@ -50,6 +51,10 @@ pub struct ActionOutcome {
     pub regret: bool,
     /// The engine's reason for acting (with the resumption-risk estimate, when gated).
     pub reason: String,
+    /// Replicas kept serving (`action.inference.minReplicas` for request-driven
+    /// inference): only the others' GPU-hours were reclaimed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_replicas: Option<i32>,
 }
 
 /// Per-step activity and state of a workload, for drawing.
@@ -141,6 +146,19 @@ pub struct Backtest {
     pub summary: Summary,
 }
 
+/// An action in effect on a workload.
+struct Reaped {
+    at: Timestamp,
+    action: ActionType,
+    hourly_usd: f64,
+    /// The classification it was acted on in.
+    class: &'static str,
+    reason: String,
+    /// Replicas kept (a scale to a minimum), and the share of the GPUs reclaimed.
+    kept: Option<i32>,
+    reclaimed_share: f64,
+}
+
 struct Live {
     meta: WorkloadMeta,
     /// Indexes into `trace.pods`.
@@ -153,8 +171,8 @@ struct Live {
     first_bucket: i64,
     last_bucket: i64,
     ladder: LadderState,
-    /// When, how, at what hourly cost, under which classification and why it was acted on.
-    reaped: Option<(Timestamp, ActionType, f64, &'static str, String)>,
+    /// The action in effect, if any.
+    reaped: Option<Reaped>,
     class_steps: BTreeMap<&'static str, u64>,
     /// Steps in which the workload held GPUs (reclaimed steps included).
     held_steps: u64,
@@ -182,7 +200,8 @@ pub fn run(
         unallocated_gpus,
         ..Summary::default()
     };
-    let mut pending: Vec<(usize, Decision)> = Vec::new();
+    // (workload, decision, replicas holding GPUs now, the softer inference action)
+    let mut pending: Vec<(usize, Decision, usize, Softer)> = Vec::new();
     // Idle spans seen so far (never after `now`): the resumption-risk estimate's input.
     let mut history: Histories<usize> = Histories::new(rules.risk);
     let steps_per_hour = (3600 / trace.step_seconds).max(1);
@@ -222,6 +241,7 @@ pub fn run(
                 }
             }
             let mut holding = false;
+            let mut replicas = 0usize;
             for (k, &pi) in w.pods.iter().enumerate() {
                 let p = &trace.pods[pi];
                 let state = &mut w.pod_states[k];
@@ -244,7 +264,9 @@ pub fn run(
                 } else {
                     None
                 };
-                holding |= alive && !matches!(state.phase, PodPhase::Succeeded | PodPhase::Failed);
+                let holds = alive && !matches!(state.phase, PodPhase::Succeeded | PodPhase::Failed);
+                holding |= holds;
+                replicas += usize::from(holds);
             }
             if w.pods.is_empty() {
                 // A pod known only from DCGM series: it holds its GPUs while they report.
@@ -254,8 +276,9 @@ pub fn run(
                 w.held_steps += 1;
             }
 
-            if let Some((at, action, hourly, class, _)) = &w.reaped {
-                let (at, action, hourly, class) = (*at, *action, *hourly, *class);
+            if let Some(r) = &w.reaped {
+                let (at, action, hourly, class) = (r.at, r.action, r.hourly_usd, r.class);
+                let fraction = r.reclaimed_share;
                 if !present || !holding || any_busy {
                     if !any_busy {
                         // Gone without coming back: idle at least until now.
@@ -266,15 +289,20 @@ pub fn run(
                     let hours = until.duration_since(at).as_secs_f64() / 3600.0;
                     let share: f64 = w.share_hint();
                     let regret = any_busy && until.duration_since(at) <= options.regret_horizon;
-                    let reason = w.reaped.take().map(|r| r.4).unwrap_or_default();
+                    let (reason, kept) = w
+                        .reaped
+                        .take()
+                        .map(|r| (r.reason, r.kept))
+                        .unwrap_or_default();
                     w.outcome.actions.push(ActionOutcome {
                         at,
                         action,
                         resumed_at: any_busy.then_some(until),
-                        reclaimed_gpu_hours: hours * share,
-                        reclaimed_usd: hours * hourly,
+                        reclaimed_gpu_hours: hours * share * fraction,
+                        reclaimed_usd: hours * hourly * fraction,
                         regret,
                         reason,
+                        kept_replicas: kept,
                     });
                     w.ladder = LadderState {
                         snooze_until: w.ladder.snooze_until,
@@ -341,7 +369,8 @@ pub fn run(
                 _ => TimelineState::NotJudged,
             };
             w.record(bucket, max_activity, drawn, options);
-            pending.push((wi, decision));
+            let softer = softer_for(policy, &w.meta.kind, replicas, history.get(&wi));
+            pending.push((wi, decision, replicas, softer));
         }
 
         while recent_actions
@@ -351,10 +380,23 @@ pub fn run(
             recent_actions.pop_front();
         }
         {
-            let mut refs: Vec<&mut Decision> = pending.iter_mut().map(|(_, d)| d).collect();
+            // Request-driven inference under `action.inference`: scaled to its minimum, or
+            // left alone there (as `controller::plan` does).
+            for (_, decision, replicas, softer) in &mut pending {
+                if let Softer::AtMinimum { keep, why } = softer
+                    && decision.step != Step::Nothing
+                {
+                    decision.step = Step::Nothing;
+                    decision.reason = format!(
+                        "{}; request-driven inference ({why}) already at {replicas} replica(s), the policy's action.inference.minReplicas of {keep}: nothing to reclaim",
+                        decision.reason
+                    );
+                }
+            }
+            let mut refs: Vec<&mut Decision> = pending.iter_mut().map(|(_, d, _, _)| d).collect();
             limit_actions(&mut refs, recent_actions.len() as u32, rules.max_per_hour);
         }
-        for (wi, decision) in pending.drain(..) {
+        for (wi, decision, replicas, softer) in pending.drain(..) {
             let w = &mut live[wi];
             w.outcome.last_reason = decision.reason.clone();
             match decision.step {
@@ -366,13 +408,27 @@ pub fn run(
                     // The idle span stays open: when the workload comes back and is busy,
                     // its length is known (as the controller sees an owner's scale-up).
                     w.ladder.reaped_at = Some(now);
-                    w.reaped = Some((
-                        now,
+                    let (kept, reclaimed_share, reason) = match softer {
+                        Softer::Keep { keep, why } => (
+                            Some(keep),
+                            // `keep` < replicas, else it would be AtMinimum.
+                            (replicas as f64 - f64::from(keep)) / replicas.max(1) as f64,
+                            format!(
+                                "{}; request-driven inference ({why}): scaled down to {keep} replica(s) of {replicas} instead of zero",
+                                decision.reason
+                            ),
+                        ),
+                        _ => (None, 1.0, decision.reason.clone()),
+                    };
+                    w.reaped = Some(Reaped {
+                        at: now,
                         action,
-                        decision.hourly_usd,
-                        decision.verdict.classification.as_str(),
-                        decision.reason.clone(),
-                    ));
+                        hourly_usd: decision.hourly_usd,
+                        class: decision.verdict.classification.as_str(),
+                        reason,
+                        kept,
+                        reclaimed_share,
+                    });
                     recent_actions.push_back(now);
                 }
                 Step::RateLimited(_) => summary.rate_limited += 1,
@@ -384,17 +440,18 @@ pub fn run(
     let end = ts((trace.last_bucket + 1) * trace.step_seconds);
     let mut workloads = Vec::with_capacity(live.len());
     for mut w in live {
-        if let Some((at, action, hourly, _, reason)) = w.reaped.take() {
-            let hours = end.duration_since(at).as_secs_f64() / 3600.0;
+        if let Some(r) = w.reaped.take() {
+            let hours = end.duration_since(r.at).as_secs_f64() / 3600.0;
             let share = w.share_hint();
             w.outcome.actions.push(ActionOutcome {
-                at,
-                action,
+                at: r.at,
+                action: r.action,
                 resumed_at: None,
-                reclaimed_gpu_hours: hours * share,
-                reclaimed_usd: hours * hourly,
+                reclaimed_gpu_hours: hours * share * r.reclaimed_share,
+                reclaimed_usd: hours * r.hourly_usd * r.reclaimed_share,
                 regret: false,
-                reason,
+                reason: r.reason,
+                kept_replicas: r.kept,
             });
         }
         let o = &mut w.outcome;
@@ -441,6 +498,25 @@ pub fn run(
         workloads,
         summary,
     }
+}
+
+/// The softer inference action (`action.inference`) for a workload of `kind` with
+/// `replicas` replicas now, as the controller plans it.
+fn softer_for(
+    policy: &GpuPolicySpec,
+    kind: &str,
+    replicas: usize,
+    history: Option<&crate::engine::IdleHistory>,
+) -> Softer {
+    if policy.action.type_ != ActionType::ScaleToZero {
+        return Softer::No;
+    }
+    inference::softer(
+        policy.action.inference.as_ref().map(|i| i.min_replicas),
+        !inference::stops_its_own_way(None, kind),
+        replicas,
+        history,
+    )
 }
 
 /// A float sum that is `0.0`, not `-0.0`, when empty (std's starts from `-0.0`).

@@ -15,6 +15,8 @@ pub struct Mix {
     /// Deployments serving requests: bursty, heavy-tailed idle spans, quieter at night,
     /// some going quiet for hours.
     pub inference: u32,
+    /// Pods (one GPU each) per inference Deployment, serving the same traffic.
+    pub replicas: u32,
     /// Notebooks used in working hours and idle overnight.
     pub notebooks: u32,
     /// Training jobs that hang at some point and never recover.
@@ -33,6 +35,7 @@ impl Default for Mix {
     fn default() -> Self {
         Self {
             inference: 143,
+            replicas: 1,
             notebooks: 0,
             hung_jobs: 0,
             crash_loops: 0,
@@ -267,15 +270,22 @@ pub fn write(mix: &Mix, model: &InferenceModel, out: &mut impl Write) -> io::Res
     let mut workloads = Vec::new();
     for i in 0..mix.inference {
         let rs = format!("infer-{i:03}-7d9f");
-        workloads.push(Workload {
-            namespace: "serving",
-            pod: format!("{rs}-x{i:03}"),
-            owner: Some(("ReplicaSet", rs.clone())),
-            replicaset: Some((rs, format!("infer-{i:03}"))),
-            activity: inference_activity(&mut rng, model, steps, mix.step_seconds, mix.start),
-            fb_mib: 38_000.0,
-            waiting: None,
-        });
+        let activity = inference_activity(&mut rng, model, steps, mix.step_seconds, mix.start);
+        for r in 0..mix.replicas.max(1) {
+            workloads.push(Workload {
+                namespace: "serving",
+                pod: match r {
+                    0 => format!("{rs}-x{i:03}"),
+                    r => format!("{rs}-x{i:03}r{r}"),
+                },
+                owner: Some(("ReplicaSet", rs.clone())),
+                // The ReplicaSet's owner is written once.
+                replicaset: (r == 0).then(|| (rs.clone(), format!("infer-{i:03}"))),
+                activity: activity.clone(),
+                fb_mib: 38_000.0,
+                waiting: None,
+            });
+        }
     }
     for i in 0..mix.notebooks {
         workloads.push(Workload {

@@ -224,18 +224,10 @@ pub async fn act(
     }
 }
 
-/// Whether `ScaleToZero` goes through the `/scale` subresource for this kind (the
-/// kinds below have their own way to stop; everything else is scaled). Pure.
+/// Whether `ScaleToZero` goes through the `/scale` subresource for this kind (see
+/// [`crate::engine::inference::stops_its_own_way`]). Pure.
 pub fn scaled_through_subresource(api_version: &str, kind: &str) -> bool {
-    !matches!(
-        (group_of(api_version), kind),
-        ("kubeflow.org", "Notebook")
-            | (
-                "serving.kserve.io",
-                "InferenceService" | "LLMInferenceService"
-            )
-            | ("ray.io", "RayService" | "RayCluster")
-    )
+    !crate::engine::inference::stops_its_own_way(Some(group_of(api_version)), kind)
 }
 
 /// Scales the workload to zero the way its kind expects: the Kubeflow Notebook and KServe

@@ -20,6 +20,23 @@ pub fn request_driven(history: Option<&IdleHistory>) -> Option<String> {
     })
 }
 
+/// Kinds with their own way to stop (an annotation, their worker groups), not scaled
+/// through `/scale`: the softer action does not apply to them. `group`: the API group
+/// when known (the controller); None matches by kind alone (a backtest of
+/// kube-state-metrics owners, which carry no group).
+pub fn stops_its_own_way(group: Option<&str>, kind: &str) -> bool {
+    const KINDS: [(&str, &str); 5] = [
+        ("kubeflow.org", "Notebook"),
+        ("serving.kserve.io", "InferenceService"),
+        ("serving.kserve.io", "LLMInferenceService"),
+        ("ray.io", "RayService"),
+        ("ray.io", "RayCluster"),
+    ];
+    KINDS
+        .iter()
+        .any(|(g, k)| *k == kind && group.is_none_or(|group| group == *g))
+}
+
 /// What a softer inference action means for one workload now.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Softer {

@@ -158,6 +158,7 @@ pub fn synthetic_trace(spec: &str, options: &ReadOptions) -> Result<Trace> {
         };
         match key.trim() {
             "inference" => mix.inference = small()?,
+            "replicas" => mix.replicas = small()?.clamp(1, 64),
             "notebooks" => mix.notebooks = small()?,
             "hungJobs" => mix.hung_jobs = small()?,
             "crashLoops" => mix.crash_loops = small()?,
@@ -165,7 +166,7 @@ pub fn synthetic_trace(spec: &str, options: &ReadOptions) -> Result<Trace> {
             "seed" => mix.seed = number,
             other => {
                 return Err(bad(format!(
-                    "unknown key {other:?}; the keys are inference, notebooks, hungJobs, crashLoops, hours, seed"
+                    "unknown key {other:?}; the keys are inference, replicas, notebooks, hungJobs, crashLoops, hours, seed"
                 )));
             }
         }
