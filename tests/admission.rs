@@ -411,9 +411,22 @@ async fn a_pod_created_by_a_controller_is_not_gated_twice() {
     r["request"]["object"]["metadata"]["ownerReferences"] = json!([{
         "apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": "u", "controller": true
     }]);
-    // A person writing a controller reference by hand does not slip past the gate…
+    // A person writing a controller reference by hand does not slip past the gate, nor
+    // does a token of the namespace's own ServiceAccounts (a CI bot's), nor anonymous…
     assert_eq!(validate(&app, &r).await["allowed"], false);
-    // …the Job controller creating its pod does.
+    let ns = r["request"]["namespace"].as_str().unwrap().to_string();
+    for user in [
+        format!("system:serviceaccount:{ns}:ci-bot"),
+        "system:anonymous".to_string(),
+    ] {
+        r["request"]["userInfo"]["username"] = json!(user);
+        assert_eq!(validate(&app, &r).await["allowed"], false, "{user}");
+    }
+    // …a ServiceAccount of another namespace whose name merely starts the same does not
+    // count as the namespace's own…
+    r["request"]["userInfo"]["username"] = json!(format!("system:serviceaccount:{ns}x:op"));
+    assert_eq!(validate(&app, &r).await["allowed"], true);
+    // …and the Job controller creating its pod does.
     r["request"]["userInfo"]["username"] =
         json!("system:serviceaccount:kube-system:job-controller");
     assert_eq!(validate(&app, &r).await["allowed"], true);

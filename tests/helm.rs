@@ -942,6 +942,50 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
             "{user} never made {verb} {resource}: {accesses:#?}"
         );
     }
+
+    // A 16-GPU pod with a hand-written controller reference: gated when a token of the
+    // namespace's own ServiceAccounts writes it (the chart's matchCondition sends it to
+    // the webhook, which counts it as bare), admitted from the Job controller's.
+    sim.seed(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "pod-writer"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]}]}),
+    )
+    .unwrap();
+    sim.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "pod-writers"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "pod-writer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ci-bot", "namespace": "ml"},
+                     {"kind": "ServiceAccount", "name": "job-controller", "namespace": "kube-system"}]}))
+    .unwrap();
+    let handmade = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: ml\n  ownerReferences: [{{apiVersion: batch/v1, kind: Job, name: big, uid: u-big, controller: true}}]\nspec:\n  restartPolicy: Never\n  containers: [{{name: main, image: x, resources: {{limits: {{nvidia.com/gpu: \"16\"}}}}}}]\n"
+        )
+    };
+    let bot = user_kubeconfig(&sim, dir.path(), "ml", "ci-bot");
+    let (ok, text) = run_as(
+        "kubectl",
+        &bot,
+        &["apply", "-f", "-"],
+        Some(&handmade("by-bot")),
+    )
+    .await;
+    assert!(
+        !ok,
+        "the namespace's own ServiceAccount slipped past the gate: {text}"
+    );
+    assert!(text.contains("budget-gate.gpureaper.io"), "{text}");
+    let jobs = user_kubeconfig(&sim, dir.path(), "kube-system", "job-controller");
+    let (ok, text) = run_as(
+        "kubectl",
+        &jobs,
+        &["apply", "-f", "-"],
+        Some(&handmade("by-job-controller")),
+    )
+    .await;
+    assert!(ok, "{text}");
+    assert!(sim.get("", "pods", "ml", "by-job-controller").is_some());
 }
 
 /// kubectl or gpu-reaper as a given kubeconfig.

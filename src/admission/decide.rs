@@ -251,10 +251,12 @@ pub fn admit(
         &labels,
     );
     // Only a controller's own write is trusted to carry a controller ownerReference: a
-    // person could write one by hand to slip a bare pod past the gate, so theirs is
-    // counted as if the reference were not there.
+    // person (or a token the team holds) could write one by hand to slip a bare pod past
+    // the gate, so theirs is counted as if the reference were not there.
     let counted = match counted {
-        Ok(Counted::OwnedBy { .. }) if is_system_user(&request.user_info.username) => {
+        Ok(Counted::OwnedBy { .. })
+            if is_controller_identity(&request.user_info.username, &request.namespace) =>
+        {
             return Decision::allow(Reason::OwnedByController);
         }
         Ok(Counted::OwnedBy { .. }) => {
@@ -505,8 +507,19 @@ pub fn check_attestation(
 }
 
 /// Service accounts (controllers) and the control plane's own identities.
-fn is_system_user(username: &str) -> bool {
-    username.starts_with("system:")
+/// Whether a write comes from a controller: a `system:` identity, except the anonymous
+/// user and the ServiceAccounts of the object's own namespace. The team that owns a
+/// namespace holds those tokens (a CI bot's, a notebook's), so a reference written with
+/// one is no proof that a gated workload made the pod. Controllers run as their own
+/// namespace's ServiceAccounts (kube-system, kserve, ray-system, …) or as
+/// `system:kube-controller-manager`. The chart's `not-a-controller-made-pod`
+/// matchCondition says the same in CEL.
+fn is_controller_identity(username: &str, namespace: &str) -> bool {
+    let own_service_account = username
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .is_some_and(|(ns, _)| ns == namespace);
+    username.starts_with("system:") && username != "system:anonymous" && !own_service_account
 }
 
 fn object_labels(object: &Value) -> BTreeMap<String, String> {

@@ -80,6 +80,18 @@ fn strings_or_empty(value: &Value) -> Vec<Value> {
     value.as_array().cloned().unwrap_or_default()
 }
 
+/// `userInfo` as kube-apiserver fills it for the admin and for a service account.
+fn user_info(user: &str) -> Value {
+    match user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+    {
+        Some((ns, _)) => json!({"username": user, "groups": [
+            "system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"]}),
+        None => json!({"username": user, "groups": ["system:masters", "system:authenticated"]}),
+    }
+}
+
 /// Calls the matching validating webhooks. `Ok(warnings)` when all allow the write.
 pub async fn validate(
     shared: &Arc<Shared>,
@@ -277,7 +289,7 @@ fn review(
         "uid": uuid::Uuid::new_v4().to_string(),
         "kind": kind, "resource": resource, "requestKind": kind, "requestResource": resource,
         "name": name, "operation": operation.as_str(),
-        "userInfo": {"username": "kube-sim-admin", "groups": ["system:masters", "system:authenticated"]},
+        "userInfo": user_info(&target.user),
         "object": object.cloned().unwrap_or(Value::Null),
         "oldObject": old_object.cloned().unwrap_or(Value::Null),
         "dryRun": dry_run,

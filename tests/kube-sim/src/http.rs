@@ -376,6 +376,9 @@ async fn route(
     }
 }
 
+/// The user of a request without a service-account token.
+pub const ADMIN: &str = "kube-sim-admin";
+
 /// A resolved resource path.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -384,6 +387,9 @@ pub struct Target {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub sub: Option<String>,
+    /// Who asks: `system:serviceaccount:NS:NAME` for a service-account token, else the
+    /// admin. Admission webhooks see it in `userInfo`.
+    pub user: String,
 }
 
 impl Target {
@@ -443,6 +449,7 @@ fn resolve(shared: &Shared, group: &str, version: &str, rest: &[&str]) -> Result
         namespace,
         name,
         sub,
+        user: ADMIN.to_string(),
     })
 }
 
@@ -454,7 +461,10 @@ async fn resource(
     rest: &[&str],
     is_watch: bool,
 ) -> Result<Response<Body>, ApiError> {
-    let target = resolve(shared, group, version, rest)?;
+    let mut target = resolve(shared, group, version, rest)?;
+    if let Some((ns, name)) = crate::rbac::service_account(&req.authorization) {
+        target.user = format!("system:serviceaccount:{ns}:{name}");
+    }
     authorize(shared, req, group, &target, is_watch)?;
     if target.t.namespaced && target.namespace.is_none() && target.name.is_some() {
         return Err(not_found_path());
