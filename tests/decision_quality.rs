@@ -389,17 +389,21 @@ fn backtest_scales_request_driven_inference_to_its_minimum_and_counts_only_the_r
         keep_timelines: false,
         warmup: SignedDuration::from_hours(24),
     };
-    let three = read(&synth(&Mix {
-        inference: 8,
-        replicas: 3,
-        hours: 72,
-        seed: 3,
-        ..Mix::default()
-    }));
-    let (base, b) = (
-        backtest::run("p", &plain, &three, &options),
-        backtest::run("p", &soft, &three, &options),
-    );
+    // The plain and the softer policy over 8 inference Deployments of `replicas` pods.
+    let both = |replicas: u32| {
+        let trace = read(&synth(&Mix {
+            inference: 8,
+            replicas,
+            hours: 72,
+            seed: 3,
+            ..Mix::default()
+        }));
+        (
+            backtest::run("p", &plain, &trace, &options),
+            backtest::run("p", &soft, &trace, &options),
+        )
+    };
+    let (base, b) = both(3);
     assert_eq!(
         base.summary.actions, b.summary.actions,
         "the ladder is the same"
@@ -436,17 +440,8 @@ fn backtest_scales_request_driven_inference_to_its_minimum_and_counts_only_the_r
     );
     assert!(b.summary.reclaimed_gpu_hours < base.summary.reclaimed_gpu_hours);
 
-    // One replica each: request-driven servers are left alone, and say why.
-    let one = read(&synth(&Mix {
-        inference: 8,
-        hours: 72,
-        seed: 3,
-        ..Mix::default()
-    }));
-    let (base, b) = (
-        backtest::run("p", &plain, &one, &options),
-        backtest::run("p", &soft, &one, &options),
-    );
+    // One replica each: request-driven servers are left alone.
+    let (base, b) = both(1);
     assert!(
         b.workloads
             .iter()

@@ -958,32 +958,21 @@ async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
         "subjects": [{"kind": "ServiceAccount", "name": "ci-bot", "namespace": "ml"},
                      {"kind": "ServiceAccount", "name": "job-controller", "namespace": "kube-system"}]}))
     .unwrap();
-    let handmade = |name: &str| {
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: ml\n  ownerReferences: [{{apiVersion: batch/v1, kind: Job, name: big, uid: u-big, controller: true}}]\nspec:\n  restartPolicy: Never\n  containers: [{{name: main, image: x, resources: {{limits: {{nvidia.com/gpu: \"16\"}}}}}}]\n"
-        )
+    // `kubectl apply` of such a pod as the service account `ns:name`.
+    let apply_as = |ns: &'static str, name: &'static str| {
+        let pod = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: by-{name}\n  namespace: ml\n  ownerReferences: [{{apiVersion: batch/v1, kind: Job, name: big, uid: u-big, controller: true}}]\nspec:\n  restartPolicy: Never\n  containers: [{{name: main, image: x, resources: {{limits: {{nvidia.com/gpu: \"16\"}}}}}}]\n"
+        );
+        let kubeconfig = user_kubeconfig(&sim, dir.path(), ns, name);
+        async move { run_as("kubectl", &kubeconfig, &["apply", "-f", "-"], Some(&pod)).await }
     };
-    let bot = user_kubeconfig(&sim, dir.path(), "ml", "ci-bot");
-    let (ok, text) = run_as(
-        "kubectl",
-        &bot,
-        &["apply", "-f", "-"],
-        Some(&handmade("by-bot")),
-    )
-    .await;
+    let (ok, text) = apply_as("ml", "ci-bot").await;
     assert!(
         !ok,
         "the namespace's own ServiceAccount slipped past the gate: {text}"
     );
     assert!(text.contains("budget-gate.gpureaper.io"), "{text}");
-    let jobs = user_kubeconfig(&sim, dir.path(), "kube-system", "job-controller");
-    let (ok, text) = run_as(
-        "kubectl",
-        &jobs,
-        &["apply", "-f", "-"],
-        Some(&handmade("by-job-controller")),
-    )
-    .await;
+    let (ok, text) = apply_as("kube-system", "job-controller").await;
     assert!(ok, "{text}");
     assert!(sim.get("", "pods", "ml", "by-job-controller").is_some());
 }
