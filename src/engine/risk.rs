@@ -18,14 +18,16 @@
 //! ended within the horizon `h`. Censored spans count only when they are known to have
 //! outlasted `t + h`; so do the spans still in progress of the other workloads (a retired
 //! server's, one acted on that has not come back), censored at their last idle
-//! observation. The workload's own spans are used when at least `minIdleSpans` of them
-//! qualify; else the pooled spans of the workloads of the same policy and idle shape, in
-//! this order: of the same rhythm (the class of their median idle span: a chatty server
-//! does not borrow a sparse one's pauses) that began in the same quarter of the day (UTC)
-//! as this span; of any rhythm that began in that quarter (an evening pause is like other
-//! evening pauses); of the same rhythm at any hour; of any rhythm at any hour (a young
-//! workload, with no rhythm yet, borrows its peers'); else there is no estimate and the
-//! policy's fixed durations decide.
+//! observation. The pooled spans of the workloads of the same policy and idle shape are
+//! tried in this order: of the same rhythm (the class of their median idle span, and
+//! whether their long pauses recur at one time of day: a chatty server does not borrow a
+//! sparse one's pauses, nor an office-hours server's nights) that began in the same
+//! quarter of the day (UTC) as this span; of any rhythm that began in that quarter (an
+//! evening pause is like other evening pauses); of the same rhythm at any hour; of any
+//! rhythm at any hour (a young workload, with no rhythm yet, borrows its peers'). When at
+//! least `minIdleSpans` of the workload's own spans qualify, they decide, blended with the
+//! first of those pools that has enough other workloads' spans ([`PEER_WEIGHT`]); else
+//! that pool decides; else there is no estimate and the policy's fixed durations decide.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
