@@ -445,6 +445,15 @@ pub struct WorkloadCounts {
     pub reclaimed: u32,
 }
 
+impl GpuPolicySpec {
+    /// Whether the policy learns from the idle-span history (`idle.maxResumeRisk`, or
+    /// `action.inference`'s request-driven test): the controller backfills it at start-up,
+    /// and a backtest that starts with none of it warns to use `--warmup`.
+    pub fn uses_idle_history(&self) -> bool {
+        self.idle.max_resume_risk.is_some() || self.action.inference.is_some()
+    }
+}
+
 impl GpuPolicy {
     /// Whether this policy's `match` covers a root workload of `kind` with `labels` in a
     /// namespace labelled `namespace_labels`.

@@ -262,10 +262,16 @@ pub fn sweep(
             }
         },
     ));
-    let curve: Vec<Point> = fixed_curve(&points).into_iter().cloned().collect();
-    let curve: Vec<&Point> = curve.iter().collect();
-    for p in points.iter_mut().filter(|p| p.family == Family::Risk) {
-        p.vs_fixed = versus_fixed(&curve, p);
+    let curve = fixed_curve(&points);
+    let versus: Vec<Option<VsFixed>> = points
+        .iter()
+        .map(|p| match p.family {
+            Family::Risk => versus_fixed(&curve, p),
+            _ => None,
+        })
+        .collect();
+    for (p, v) in points.iter_mut().zip(versus) {
+        p.vs_fixed = v;
     }
     points
 }

@@ -519,8 +519,7 @@ impl Controller {
         now: Timestamp,
     ) {
         let spec = &policy.spec;
-        let uses = spec.idle.max_resume_risk.is_some() || spec.action.inference.is_some();
-        if !uses || self.history_backfill <= SignedDuration::ZERO {
+        if !spec.uses_idle_history() || self.history_backfill <= SignedDuration::ZERO {
             return;
         }
         let name = policy.metadata.name.as_deref().unwrap_or_default();

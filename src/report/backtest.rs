@@ -89,7 +89,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         }
         return Ok(match args.format {
             OutputFormat::Table => {
-                let cold = warmup.is_zero() && uses_history(&policy.spec);
+                let cold = warmup.is_zero() && policy.spec.uses_idle_history();
                 crate::report::render::sweep_table(&name, &points, cold)
             }
             OutputFormat::Json => {
@@ -123,11 +123,6 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         OutputFormat::Json => crate::report::render::json(&result)? + "\n",
         OutputFormat::Csv => crate::report::render::csv(&result),
     })
-}
-
-/// Whether the policy learns from the idle history (and so starts a trace knowing nothing).
-fn uses_history(spec: &crate::api::policy::GpuPolicySpec) -> bool {
-    spec.idle.max_resume_risk.is_some() || spec.action.inference.is_some()
 }
 
 /// `--synthetic inference=143,hours=24,seed=1`: a generated trace (backtest::synth).
