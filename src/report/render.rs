@@ -183,8 +183,7 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
                 ),
             }
         });
-        let _ = writeln!(
-            out,
+        let row = format!(
             "{:<10} {:<36} {:>8} {:>8} {:>7.1}% {:>14.1}  {versus}",
             format!("{:?}", p.family),
             p.label,
@@ -193,6 +192,8 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
             p.regret_rate * 100.0,
             p.reclaimed_gpu_hours
         );
+        // Rows without a comparison end at the GPU-hours.
+        let _ = writeln!(out, "{}", row.trim_end());
     }
     let _ = writeln!(out);
     let risk: Vec<_> = points.iter().filter_map(|p| p.vs_fixed.as_ref()).collect();
