@@ -73,6 +73,12 @@ pub struct ControllerArgs {
     /// Namespace of the Lease (the controller's own).
     #[arg(long, env = "GPU_REAPER_LEASE_NAMESPACE", default_value = "gpu-reaper")]
     pub lease_namespace: String,
+    /// Govern only the GpuPolicies with these labels (a label selector, e.g.
+    /// `shard=a`): one controller per shard, each with its own --lease-name, splits a
+    /// fleet among several controllers (docs/architecture.md, "Scaling out"). Empty:
+    /// every GpuPolicy.
+    #[arg(long, env = "GPU_REAPER_POLICY_SELECTOR", default_value = "")]
+    pub policy_selector: String,
     /// This replica's identity in the Lease (the pod name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,

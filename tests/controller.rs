@@ -1,244 +1,320 @@
-//! The controller end to end: kube-sim for the API server, the real Prometheus (Debian
-//! package) backfilled with DCGM-shaped history, kubectl to apply the policy, and the
-//! `gpu-reaper controller --once --now …` binary run at chosen instants (a controllable
-//! clock: no test waits for an idle hour to pass).
+//! The controller end to end on the real control plane (scripts/testenv: etcd,
+//! kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes): the real
+//! Prometheus (Debian package) backfilled with DCGM-shaped history of the pods the
+//! cluster really runs, kubectl to apply the policy, and the `gpu-reaper controller
+//! --once --now …` binary run at chosen instants (a controllable clock: no test waits for
+//! an idle hour to pass). Each test has a namespace, a policy (selected by
+//! `--policy-selector`) and a Lease of its own, so they run side by side on one cluster.
 
 mod common;
 
-use std::fmt::Write as _;
 use std::process::Stdio;
 
-use common::{Prometheus, prometheus_with};
-use kube_sim::KubeSim;
+use common::cluster::{Cluster, cluster, unique, wait_until};
+use common::{Dcgm, Prometheus, history_start, prometheus_with};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
-const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
-/// Start of the recorded history: ten minutes from now, on a whole minute. kube-sim
-/// stamps objects with the wall clock when they are created, so the history is laid
-/// out after that (backfilled into Prometheus ahead of time) and the controller is run
-/// `--now` at instants inside it.
-fn t0() -> i64 {
-    static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *T0.get_or_init(|| jiff::Timestamp::now().as_second() / 60 * 60 + 600)
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+/// A Deployment of `replicas` pods with one GPU each (labels `app: name`).
+fn deployment(namespace: &str, name: &str, replicas: u32) -> String {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+           "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                                 "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0",
+                                                          "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+    .to_string()
 }
 
-fn at(minutes: i64) -> String {
-    jiff::Timestamp::from_second(t0() + minutes * 60)
-        .unwrap()
-        .to_string()
+/// A Job of one 8-GPU pod that runs until stopped (kwok never completes it).
+fn job(namespace: &str) -> String {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": namespace},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}})
+    .to_string()
 }
 
-/// Four hours at one-minute samples:
-/// - `ml/chat-7f9c-a` (Deployment chat, 1 GPU): busy for the first hour, then idle;
-/// - `ml/train-0` (Job train, 8 GPUs): GPU 0 busy throughout, GPUs 1–7 idle — busy;
-/// - `ml/gappy-5d-a` (Deployment gappy, 1 GPU): busy, then the exporter goes silent.
-fn history() -> Vec<u8> {
-    let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
-    let mut series = |gpu: &str, pod: &str, value: &dyn Fn(i64) -> Option<f64>| {
-        for m in 0..=240 {
-            if let Some(v) = value(m) {
-                let _ = writeln!(
-                    s,
-                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{gpu}\",UUID=\"GPU-{pod}-{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"n1\",namespace=\"ml\",pod=\"{pod}\",container=\"main\"}} {v} {}",
-                    t0() + m * 60
-                );
-            }
-        }
-    };
-    series("0", "chat-7f9c-a", &|m| {
-        Some(if m < 60 { 0.8 } else { 0.0 })
-    });
-    for g in 0..8 {
-        series(&g.to_string(), "train-0", &move |_| {
-            Some(if g == 0 { 0.9 } else { 0.0 })
-        });
-    }
-    series("0", "gappy-5d-a", &|m| (m < 60).then_some(0.7));
-    s.push_str("# EOF\n");
-    s.into_bytes()
-}
-
-fn deployment(name: &str, rs: &str, pod: &str) -> Vec<Value> {
-    let created = at(-10);
-    vec![
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-               "metadata": {"name": name, "namespace": "ml", "creationTimestamp": created, "labels": {"app": name}},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}),
-        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-               "metadata": {"name": rs, "namespace": "ml", "creationTimestamp": created,
-                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": "u-d", "controller": true}]},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0"}]}}}}),
-        json!({"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": pod, "namespace": "ml", "creationTimestamp": created, "labels": {"app": name},
-                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": "u-rs", "controller": true}]},
-               "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-               "status": {"phase": "Running", "startTime": created}}),
-    ]
-}
-
-fn job() -> Vec<Value> {
-    let created = at(-10);
-    vec![
-        json!({"apiVersion": "batch/v1", "kind": "Job",
-               "metadata": {"name": "train", "namespace": "ml", "creationTimestamp": created},
-               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}),
-        json!({"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "train-0", "namespace": "ml", "creationTimestamp": created,
-                            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-j", "controller": true}]},
-               "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-               "status": {"phase": "Running", "startTime": created}}),
-    ]
-}
-
-fn policy(mode: &str) -> String {
+/// The policy of one test: named after its namespace, governing only it, labelled so
+/// that only this test's controller (`--policy-selector`) evaluates it.
+fn policy(namespace: &str, mode: &str, action: &str) -> String {
     format!(
         r#"
 apiVersion: gpureaper.io/v1alpha1
 kind: GpuPolicy
-metadata: {{name: inference}}
+metadata: {{name: {namespace}, labels: {{gpureaper.io/test: {namespace}}}}}
 spec:
   mode: {mode}
+  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {namespace}}}}}}}
   idle: {{window: 30m, startupGrace: 20m, minCoverage: 0.8}}
   warn: {{after: 30m}}
-  action: {{type: ScaleToZero, after: 60m, maxPerHour: 20}}
+  action: {action}
 "#
     )
 }
 
+const SCALE_TO_ZERO: &str = "{type: ScaleToZero, after: 60m, maxPerHour: 20}";
+
+type Pods = std::collections::HashMap<String, Vec<String>>;
+
 struct Setup {
-    sim: KubeSim,
+    cluster: &'static Cluster,
+    ns: String,
     prometheus: Prometheus,
+    /// Start of the recorded history (epoch seconds); the workloads were created before.
+    t0: i64,
+    /// Pod names by workload.
+    pods: Pods,
 }
 
-async fn setup(test: &str, mode: &str) -> Setup {
-    let prometheus = prometheus_with(&format!("controller-{test}"), &history());
-    let sim = KubeSim::start().await.unwrap();
-    for ns in ["ml", "gpu-reaper"] {
-        sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-            .unwrap();
-    }
-    for object in deployment("chat", "chat-7f9c", "chat-7f9c-a")
-        .into_iter()
-        .chain(deployment("gappy", "gappy-5d", "gappy-5d-a"))
-        .chain(job())
-    {
-        sim.seed(object).unwrap();
-    }
-    kubectl(&sim, &["apply", "-f", CRDS], None).await;
-    kubectl(&sim, &["apply", "-f", "-"], Some(&policy(mode))).await;
-    Setup { sim, prometheus }
+/// A workload of a test: its name, manifest, the selector of its pods and their number.
+struct Workload {
+    name: &'static str,
+    manifest: String,
+    pods: (String, usize),
 }
 
-async fn kubectl(sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(sim.kubeconfig_path())
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed (bash .ci/run installs it)");
-    if let Some(input) = stdin {
-        use tokio::io::AsyncWriteExt;
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(input.as_bytes()).await.unwrap();
+/// Runs `workloads(namespace)` in a new namespace, waits for their pods to run on the kwok
+/// nodes, then lays out `history` of those pods after their creation and backfills it
+/// into Prometheus.
+fn setup_with(
+    test: &str,
+    workloads: impl FnOnce(&str) -> Vec<Workload>,
+    history: impl FnOnce(&mut Dcgm, &str, &Pods),
+) -> Setup {
+    let cluster = cluster();
+    cluster.install_crds();
+    let ns = cluster.namespace(&format!("ml-{test}"), &[]);
+    let workloads = workloads(&ns);
+    for w in &workloads {
+        cluster.apply(&w.manifest);
     }
-    let out = child.wait_with_output().await.unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let mut pods = Pods::new();
+    for w in &workloads {
+        let running = cluster.running_pods(&ns, &w.pods.0, w.pods.1);
+        let mut names: Vec<String> = running
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        pods.insert(w.name.to_string(), names);
+    }
+    let t0 = history_start();
+    let mut dcgm = Dcgm::new(t0);
+    history(&mut dcgm, &ns, &pods);
+    let prometheus = prometheus_with(&format!("controller-{test}-{}", unique()), &dcgm.finish());
+    Setup {
+        cluster,
+        ns,
+        prometheus,
+        t0,
+        pods,
+    }
+}
+
+/// Four hours at one-minute samples:
+/// - Deployment chat (1 GPU): busy for the first hour, then idle;
+/// - Job train (8 GPUs): GPU 0 busy throughout, GPUs 1–7 idle — busy;
+/// - Deployment gappy (1 GPU): busy, then the exporter goes silent.
+fn setup(test: &str, mode: &str) -> Setup {
+    let s = setup_with(
+        test,
+        |ns| {
+            vec![
+                Workload {
+                    name: "chat",
+                    manifest: deployment(ns, "chat", 1),
+                    pods: ("app=chat".into(), 1),
+                },
+                Workload {
+                    name: "gappy",
+                    manifest: deployment(ns, "gappy", 1),
+                    pods: ("app=gappy".into(), 1),
+                },
+                Workload {
+                    name: "train",
+                    manifest: job(ns),
+                    pods: ("job-name=train".into(), 1),
+                },
+            ]
+        },
+        |dcgm, ns, pods| {
+            dcgm.gpu(ns, &pods["chat"][0], 0, H100, 0..=240, |m| {
+                Some(if m < 60 { 0.8 } else { 0.0 })
+            });
+            for g in 0..8 {
+                dcgm.gpu(ns, &pods["train"][0], g, H100, 0..=240, move |_| {
+                    Some(if g == 0 { 0.9 } else { 0.0 })
+                });
+            }
+            dcgm.gpu(ns, &pods["gappy"][0], 0, H100, 0..=240, |m| {
+                (m < 60).then_some(0.7)
+            });
+        },
     );
-    String::from_utf8(out.stdout).unwrap()
+    s.cluster.apply(&policy(&s.ns, mode, SCALE_TO_ZERO));
+    s
 }
 
-/// One evaluation as of `minutes` after T0; (success, stderr).
-async fn cycle(s: &Setup, minutes: i64, identity: &str) -> (bool, String) {
-    cycle_with_lease(s, minutes, identity, "15s").await
+impl Drop for Setup {
+    /// The namespace and the policy go (the cluster is shared: their pods hold GPUs).
+    fn drop(&mut self) {
+        let _ = self
+            .cluster
+            .try_kubectl(&["delete", "namespace", &self.ns, "--wait=false"], None);
+        let _ = self.cluster.try_kubectl(
+            &[
+                "delete",
+                "gpupolicy",
+                &self.ns,
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+            None,
+        );
+    }
 }
 
-async fn cycle_with_lease(s: &Setup, minutes: i64, identity: &str, lease: &str) -> (bool, String) {
-    let out = tokio::process::Command::new(BIN)
-        .args(["controller", "--once", "--now", &at(minutes)])
-        .args([
+impl Setup {
+    fn at(&self, minutes: i64) -> String {
+        common::at(self.t0, minutes)
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        self.cluster.kubectl(args, None)
+    }
+
+    /// One evaluation as of `minutes` after T0; (success, stderr).
+    async fn cycle(&self, minutes: i64, identity: &str) -> (bool, String) {
+        self.cycle_with(minutes, identity, "15s", &[]).await
+    }
+
+    async fn cycle_with(
+        &self,
+        minutes: i64,
+        identity: &str,
+        lease: &str,
+        extra: &[&str],
+    ) -> (bool, String) {
+        let out = tokio::process::Command::new(BIN)
+            .args(["controller", "--once", "--now", &self.at(minutes)])
+            .args(self.controller_args(identity, lease))
+            .args(extra)
+            .env("KUBECONFIG", &self.cluster.kubeconfig)
+            .env("RUST_LOG", "info")
+            .output()
+            .await
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// What every controller of this test runs with: its Prometheus, its policy, its
+    /// Lease (in its namespace), the cluster's kubeconfig.
+    fn controller_args(&self, identity: &str, lease: &str) -> Vec<String> {
+        [
             "--prometheus-url",
-            &s.prometheus.url,
+            &self.prometheus.url,
             "--scrape-interval",
             "1m",
-        ])
-        .args(["--identity", identity, "--lease-duration", lease])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
-        .env("RUST_LOG", "info")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+            "--policy-selector",
+            &format!("gpureaper.io/test={}", self.ns),
+            "--lease-namespace",
+            &self.ns,
+            "--identity",
+            identity,
+            "--lease-duration",
+            lease,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
 
-fn deployment_of(s: &Setup, name: &str) -> Value {
-    s.sim.get("apps", "deployments", "ml", name).unwrap()
-}
+    fn deployment(&self, name: &str) -> Value {
+        self.cluster
+            .get("deployment", Some(&self.ns), name)
+            .unwrap_or_else(|| panic!("deployment {name} exists"))
+    }
 
-/// Events about `name`, as (reason, note).
-fn events_for(s: &Setup, name: &str) -> Vec<(String, String)> {
-    // kube-sim serves events.k8s.io/v1 and core v1 Events from one store, listed in the
-    // core form (involvedObject, message).
-    s.sim
-        .list("", "events", Some("ml"))
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == name)
-        .map(|e| {
-            (
-                e["reason"].as_str().unwrap_or("").to_string(),
-                e["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
+    fn policy_status(&self) -> Value {
+        self.cluster.get("gpupolicy", None, &self.ns).unwrap()["status"].clone()
+    }
+
+    /// Events about `name`, as (reason, note).
+    fn events_for(&self, name: &str) -> Vec<(String, String)> {
+        self.cluster
+            .list("events", &self.ns, None)
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == name)
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap_or("").to_string(),
+                    e["message"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until `name`'s pods are `count` (the Deployment controller's doing).
+    fn wait_for_pods(&self, app: &str, count: usize) {
+        wait_until(&format!("{count} pods of {app}"), || {
+            self.cluster
+                .list("pods", &self.ns, Some(&format!("app={app}")))
+                .iter()
+                .filter(|p| {
+                    p["metadata"]["deletionTimestamp"].is_null()
+                        && p["status"]["phase"] == "Running"
+                })
+                .count()
+                == count
+                && self
+                    .cluster
+                    .list("pods", &self.ns, Some(&format!("app={app}")))
+                    .len()
+                    == count
+        });
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_back() {
-    let s = setup("scale", "Enforce").await;
+    let s = setup("scale", "Enforce");
     // 10 minutes idle: nothing yet.
-    let (ok, log) = cycle(&s, 70, "a").await;
+    let (ok, log) = s.cycle(70, "a").await;
     assert!(ok, "{log}");
     assert!(
-        deployment_of(&s, "chat")["metadata"]["annotations"]
+        s.deployment("chat")["metadata"]["annotations"]
             .get("gpureaper.io/warned-at")
             .is_none()
     );
     // 35 minutes idle: warned (annotation and Event), not acted on.
-    let (ok, log) = cycle(&s, 95, "a").await;
+    let (ok, log) = s.cycle(95, "a").await;
     assert!(ok, "{log}");
-    let d = deployment_of(&s, "chat");
+    let d = s.deployment("chat");
     assert_eq!(
         d["metadata"]["annotations"]["gpureaper.io/warned-at"],
-        at(95),
+        s.at(95),
         "{log}"
     );
     assert_eq!(d["spec"]["replicas"], 1);
-    let events = events_for(&s, "chat");
+    let events = s.events_for("chat");
     assert!(
         events.iter().any(|(r, n)| r == "IdleGpus"
             && n.starts_with("1 GPU(s) idle since ")
-            && n.contains("kubectl annotate deployment chat -n ml gpureaper.io/snooze-until=")),
+            && n.contains(&format!(
+                "kubectl annotate deployment chat -n {} gpureaper.io/snooze-until=",
+                s.ns
+            ))),
         "{events:?}"
     );
     // 65 minutes idle, 30 after the warning: scaled to 0 with the restore record.
-    let (ok, log) = cycle(&s, 125, "a").await;
+    let (ok, log) = s.cycle(125, "a").await;
     assert!(ok, "{log}");
-    let d = deployment_of(&s, "chat");
+    let d = s.deployment("chat");
     assert_eq!(d["spec"]["replicas"], 0, "{log}");
     let restore: Value = serde_json::from_str(
         d["metadata"]["annotations"]["gpureaper.io/restore"]
@@ -247,33 +323,34 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
     )
     .unwrap();
     assert_eq!(restore, json!({"replicas": 1, "state": "done"}));
-    let events = events_for(&s, "chat");
+    let events = s.events_for("chat");
     assert!(
         events.iter().any(|(r, n)| r == "Reclaimed"
-            && n.contains("scaled ml/Deployment/chat from 1 replicas to 0")
-            && n.contains("gpu-reaper wake ml/Deployment/chat")),
+            && n.contains(&format!(
+                "scaled {}/Deployment/chat from 1 replicas to 0",
+                s.ns
+            ))
+            && n.contains(&format!("gpu-reaper wake {}/Deployment/chat", s.ns))),
         "{events:?}"
     );
+    // The real Deployment controller takes the pod away: the GPU is free.
+    s.wait_for_pods("chat", 0);
 
     // The 8-GPU job with one busy GPU is left alone; the gap is never idleness.
     assert!(
-        events_for(&s, "train").is_empty(),
+        s.events_for("train").is_empty(),
         "{:?}",
-        events_for(&s, "train")
+        s.events_for("train")
     );
-    assert_eq!(deployment_of(&s, "gappy")["spec"]["replicas"], 1);
+    assert_eq!(s.deployment("gappy")["spec"]["replicas"], 1);
     assert!(
-        deployment_of(&s, "gappy")["metadata"]["annotations"]
+        s.deployment("gappy")["metadata"]["annotations"]
             .get("gpureaper.io/warned-at")
             .is_none()
     );
 
     // Status: governed workloads, one idle and reclaimed, Ready.
-    let status = s
-        .sim
-        .get("gpureaper.io", "gpupolicies", "", "inference")
-        .unwrap()["status"]
-        .clone();
+    let status = s.policy_status();
     assert_eq!(status["workloads"]["governed"], 3, "{status}");
     assert_eq!(status["workloads"]["gpus"], 10, "{status}");
     let ready = status["conditions"]
@@ -285,25 +362,21 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
     assert_eq!(ready["status"], "True");
     // Spend for the budget gate: 25 USD/h of governed GPUs (10 × the default 2.5) billed
     // for at most 2 × --interval (2 min) per evaluation, twice after the first: 5/3 USD.
-    assert_eq!(status["namespaceSpend"][0]["namespace"], "ml", "{status}");
+    assert_eq!(status["namespaceSpend"][0]["namespace"], s.ns, "{status}");
     let spent = status["namespaceSpend"][0]["spentUsd"].as_f64().unwrap();
     assert!((spent - 25.0 * 4.0 / 60.0).abs() < 1e-6, "{status}");
-    assert_eq!(status["lastEvaluationTime"], at(125));
+    assert_eq!(status["lastEvaluationTime"], s.at(125));
     // A minute later the reclaimed GPU has been off for a minute: 1/60 GPU-hour, and the
     // price of an H100 minute at the default 2.5 USD/h saved.
-    let (ok, log) = cycle(&s, 126, "a").await;
+    let (ok, log) = s.cycle(126, "a").await;
     assert!(ok, "{log}");
     let reclaimed =
-        deployment_of(&s, "chat")["metadata"]["annotations"]["gpureaper.io/reclaimed"].clone();
+        s.deployment("chat")["metadata"]["annotations"]["gpureaper.io/reclaimed"].clone();
     assert_eq!(
         serde_json::from_str::<Value>(reclaimed.as_str().unwrap()).unwrap(),
         json!({"gpus": 1.0, "hourlyUsd": 2.5})
     );
-    let status = s
-        .sim
-        .get("gpureaper.io", "gpupolicies", "", "inference")
-        .unwrap()["status"]
-        .clone();
+    let status = s.policy_status();
     assert!(
         (status["reclaimedGpuHours"].as_f64().unwrap() - 1.0 / 60.0).abs() < 1e-9,
         "{status}"
@@ -317,10 +390,10 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
     let idle = status["idleGpuHoursLast24h"].as_f64().unwrap();
     assert!((idle - 5.0 / 60.0).abs() < 1e-3, "{status}");
 
-    // Wake restores the replicas and restarts the ladder.
+    // Wake restores the replicas and restarts the ladder; a new pod runs again.
     let out = tokio::process::Command::new(BIN)
-        .args(["wake", "ml/Deployment/chat"])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .args(["wake", &format!("{}/Deployment/chat", s.ns)])
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
         .output()
         .await
         .unwrap();
@@ -329,24 +402,29 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 1);
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 1);
+    s.wait_for_pods("chat", 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_mode_changes_nothing_and_reports_what_it_would_do() {
-    let s = setup("audit", "Audit").await;
-    let before = deployment_of(&s, "chat");
+    let s = setup("audit", "Audit");
+    let before = s.deployment("chat");
     for minute in [95, 125] {
-        let (ok, log) = cycle(&s, minute, "a").await;
+        let (ok, log) = s.cycle(minute, "a").await;
         assert!(ok, "{log}");
     }
-    let after = deployment_of(&s, "chat");
-    assert_eq!(
-        after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
-        "Audit wrote on the workload"
-    );
+    let after = s.deployment("chat");
+    // (Its status is the Deployment controller's to change; spec and metadata are ours.)
+    for field in ["generation", "annotations", "labels"] {
+        assert_eq!(
+            after["metadata"][field], before["metadata"][field],
+            "Audit wrote on the workload's {field}"
+        );
+    }
+    assert_eq!(after["spec"], before["spec"], "Audit wrote on the workload");
     assert_eq!(after["spec"]["replicas"], 1);
-    let events = events_for(&s, "chat");
+    let events = s.events_for("chat");
     assert!(events.iter().any(|(r, _)| r == "IdleGpus"), "{events:?}");
     // Each run is a new process: the warning of the first run is remembered (in the
     // controller's own ConfigMap, not on the workload), so the second reports what it
@@ -361,13 +439,8 @@ async fn audit_mode_changes_nothing_and_reports_what_it_would_do() {
         "{events:?}"
     );
     let state = s
-        .sim
-        .get(
-            "",
-            "configmaps",
-            "gpu-reaper",
-            "gpu-reaper-controller-audit",
-        )
+        .cluster
+        .get("configmap", Some(&s.ns), "gpu-reaper-controller-audit")
         .unwrap();
     assert!(
         state["data"]["state.json"]
@@ -383,9 +456,11 @@ async fn audit_mode_changes_nothing_and_reports_what_it_would_do() {
 /// API server resolves each pod's owner chain and the waste lands on the Deployment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_server_resolves() {
-    let s = setup("audit-kubeconfig", "Audit").await;
+    let s = setup("audit-kubeconfig", "Audit");
+    let (since, to) = (s.at(0), s.at(240));
     let audit = |kubeconfig: Option<String>| {
         let url = s.prometheus.url.clone();
+        let (since, to) = (since.clone(), to.clone());
         async move {
             let mut command = tokio::process::Command::new(BIN);
             command.args([
@@ -393,9 +468,9 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
                 "--prometheus-url",
                 &url,
                 "--since",
-                &at(0),
+                &since,
                 "--to",
-                &at(240),
+                &to,
             ]);
             command.args(["--format", "json"]);
             if let Some(path) = &kubeconfig {
@@ -425,9 +500,9 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
             .collect()
     };
     let alone = audit(None).await;
-    assert_eq!(offenders(&alone), ["Pod/chat-7f9c-a"]);
+    assert_eq!(offenders(&alone), [format!("Pod/{}", s.pods["chat"][0])]);
     assert!(alone.get("attribution").is_none(), "{alone}");
-    let kubeconfig = s.sim.kubeconfig_path().to_str().unwrap().to_string();
+    let kubeconfig = s.cluster.kubeconfig.to_str().unwrap().to_string();
     let resolved = audit(Some(kubeconfig)).await;
     assert_eq!(offenders(&resolved), ["Deployment/chat"]);
     assert_eq!(
@@ -436,7 +511,7 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
     );
     assert_eq!(resolved["total"]["gpu_hours"], alone["total"]["gpu_hours"]);
     // Read-only: nothing was written to the cluster.
-    assert_eq!(deployment_of(&s, "chat")["metadata"]["generation"], 1);
+    assert_eq!(s.deployment("chat")["metadata"]["generation"], 1);
     // A kubeconfig that cannot be read is named, with nothing reported.
     let out = tokio::process::Command::new(BIN)
         .args([
@@ -444,9 +519,9 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
             "--prometheus-url",
             &s.prometheus.url,
             "--since",
-            &at(0),
+            &s.at(0),
             "--to",
-            &at(240),
+            &s.at(240),
         ])
         .args(["--kubeconfig", "/nonexistent/kubeconfig"])
         .output()
@@ -469,66 +544,36 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_controller_backfills_the_rhythm_and_scales_request_driven_inference_to_its_minimum()
  {
-    let mut history = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
-    for r in 0..3 {
-        for m in 0..=(29 * 60) {
-            let v = if m < 26 * 60 && m % 13 < 10 { 0.7 } else { 0.0 };
-            let _ = writeln!(
-                history,
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{r}\",UUID=\"GPU-serve-{r}\",modelName=\"NVIDIA L4\",Hostname=\"n1\",namespace=\"ml\",pod=\"serve-6d-{r}\",container=\"main\"}} {v} {}",
-                t0() + m * 60
-            );
-        }
-    }
-    history.push_str("# EOF\n");
-    let prometheus = prometheus_with("controller-backfill", history.as_bytes());
-    let sim = KubeSim::start().await.unwrap();
-    for ns in ["ml", "gpu-reaper"] {
-        sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-            .unwrap();
-    }
-    let created = at(-10);
-    let limits = json!({"limits": {"nvidia.com/gpu": "1"}});
-    sim.seed(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "serve", "namespace": "ml", "creationTimestamp": created, "labels": {"app": "serve"}},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "serve"}},
-                 "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": limits}]}}}}))
-        .unwrap();
-    sim.seed(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "serve-6d", "namespace": "ml", "creationTimestamp": created,
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "uid": "u-d", "controller": true}]},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "serve"}},
-                 "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0"}]}}}}))
-        .unwrap();
-    for r in 0..3 {
-        sim.seed(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("serve-6d-{r}"), "namespace": "ml", "creationTimestamp": created, "labels": {"app": "serve"},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "serve-6d", "uid": "u-rs", "controller": true}]},
-            "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0", "resources": limits}]},
-            "status": {"phase": "Running", "startTime": created}}))
-            .unwrap();
-    }
-    kubectl(&sim, &["apply", "-f", CRDS], None).await;
-    let policy = r#"
-apiVersion: gpureaper.io/v1alpha1
-kind: GpuPolicy
-metadata: {name: inference}
-spec:
-  mode: Enforce
-  idle: {window: 30m, startupGrace: 20m, minCoverage: 0.8}
-  warn: {after: 30m}
-  action: {type: ScaleToZero, after: 60m, maxPerHour: 20, inference: {minReplicas: 1}}
-"#;
-    kubectl(&sim, &["apply", "-f", "-"], Some(policy)).await;
-    let s = Setup { sim, prometheus };
+    let s = setup_with(
+        "backfill",
+        |ns| {
+            vec![Workload {
+                name: "serve",
+                manifest: deployment(ns, "serve", 3),
+                pods: ("app=serve".into(), 3),
+            }]
+        },
+        |dcgm, ns, pods| {
+            for (r, pod) in pods["serve"].iter().enumerate() {
+                dcgm.gpu(ns, pod, r as u32, "NVIDIA L4", 0..=(29 * 60), |m| {
+                    Some(if m < 26 * 60 && m % 13 < 10 { 0.7 } else { 0.0 })
+                });
+            }
+        },
+    );
+    s.cluster.apply(&policy(
+        &s.ns,
+        "Enforce",
+        "{type: ScaleToZero, after: 60m, maxPerHour: 20, inference: {minReplicas: 1}}",
+    ));
     // Idle since 26:00; warned at 26:45.
-    let (ok, log) = cycle(&s, 26 * 60 + 45, "a").await;
+    let (ok, log) = s.cycle(26 * 60 + 45, "a").await;
     assert!(ok, "{log}");
     assert!(
         log.contains("idle-span history backfilled from Prometheus"),
         "{log}"
     );
-    let events = events_for(&s, "serve");
+    let events = s.events_for("serve");
     let warning = events
         .iter()
         .find(|(r, _)| r == "IdleGpus")
@@ -537,11 +582,11 @@ spec:
         warning.1.contains("will scale it down to 1 replica(s) instead of zero (request-driven inference: its idle spans are short and frequent (a typical idle span under 4m)"),
         "{warning:?}"
     );
-    assert_eq!(deployment_of(&s, "serve")["spec"]["replicas"], 3);
+    assert_eq!(s.deployment("serve")["spec"]["replicas"], 3);
     // An hour later: scaled to one replica, not zero; the record keeps all three.
-    let (ok, log) = cycle(&s, 27 * 60 + 50, "a").await;
+    let (ok, log) = s.cycle(27 * 60 + 50, "a").await;
     assert!(ok, "{log}");
-    let after = deployment_of(&s, "serve");
+    let after = s.deployment("serve");
     assert_eq!(after["spec"]["replicas"], 1, "{log}");
     let record: Value = serde_json::from_str(
         after["metadata"]["annotations"]["gpureaper.io/restore"]
@@ -551,81 +596,59 @@ spec:
     .unwrap();
     assert_eq!(record, json!({"replicas": 3, "kept": 1, "state": "done"}));
     assert!(
-        events_for(&s, "serve").iter().any(|(r, n)| r == "Reclaimed"
-            && n.contains("scaled ml/Deployment/serve from 3 replicas to 1")),
+        s.events_for("serve").iter().any(|(r, n)| r == "Reclaimed"
+            && n.contains(&format!(
+                "scaled {}/Deployment/serve from 3 replicas to 1",
+                s.ns
+            ))),
         "{:?}",
-        events_for(&s, "serve")
+        s.events_for("serve")
     );
+    // The Deployment controller removes the two replicas gpu-reaper took away.
+    s.wait_for_pods("serve", 1);
     // `--history-backfill 0s` turns the replay off (the cycles then learn on their own).
-    let out = tokio::process::Command::new(BIN)
-        .args([
-            "controller",
-            "--once",
-            "--now",
-            &at(26 * 60 + 45),
-            "--history-backfill",
-            "0s",
-        ])
-        .args([
-            "--prometheus-url",
-            &s.prometheus.url,
-            "--scrape-interval",
-            "1m",
-        ])
-        .args(["--identity", "a", "--lease-duration", "15s"])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
-        .env("RUST_LOG", "info")
-        .output()
-        .await
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let (ok, log) = s
+        .cycle_with(26 * 60 + 45, "a", "15s", &["--history-backfill", "0s"])
+        .await;
+    assert!(ok, "{log}");
     assert!(!log.contains("backfilled"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_acts() {
-    let s = setup("lease", "Enforce").await;
-    let (ok, log) = cycle(&s, 95, "replica-a").await;
+    let s = setup("lease", "Enforce");
+    let (ok, log) = s.cycle(95, "replica-a").await;
     assert!(ok, "{log}");
     // A second replica within the lease duration is a standby: it does not evaluate.
-    let (ok, log) = cycle(&s, 125, "replica-b").await;
+    let (ok, log) = s.cycle(125, "replica-b").await;
     assert!(!ok);
     assert!(
-        log.contains(
-            "not the leader: Lease gpu-reaper/gpu-reaper-controller is held by another replica"
-        ),
+        log.contains(&format!(
+            "not the leader: Lease {}/gpu-reaper-controller is held by another replica",
+            s.ns
+        )),
         "{log}"
     );
     assert_eq!(
-        deployment_of(&s, "chat")["spec"]["replicas"],
+        s.deployment("chat")["spec"]["replicas"],
         1,
         "the standby acted"
     );
     let lease = s
-        .sim
-        .get(
-            "coordination.k8s.io",
-            "leases",
-            "gpu-reaper",
-            "gpu-reaper-controller",
-        )
+        .cluster
+        .get("lease", Some(&s.ns), "gpu-reaper-controller")
         .unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_down_marks_the_policy_degraded_and_acts_on_nothing() {
-    let mut s = setup("down", "Enforce").await;
+    let mut s = setup("down", "Enforce");
     s.prometheus.url = "http://127.0.0.1:9".into();
-    let (ok, log) = cycle(&s, 125, "a").await;
+    let (ok, log) = s.cycle(125, "a").await;
     assert!(ok, "{log}");
-    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 1);
-    let status = s
-        .sim
-        .get("gpureaper.io", "gpupolicies", "", "inference")
-        .unwrap()["status"]
-        .clone();
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 1);
+    let status = s.policy_status();
     let degraded = status["conditions"]
         .as_array()
         .unwrap()
@@ -638,50 +661,40 @@ async fn prometheus_down_marks_the_policy_degraded_and_acts_on_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_once_the_leader_stops_renewing() {
-    let s = setup("handover", "Enforce").await;
-    let (ok, log) = cycle_with_lease(&s, 95, "replica-a", "1s").await;
+    let s = setup("handover", "Enforce");
+    let (ok, log) = s.cycle_with(95, "replica-a", "1s", &[]).await;
     assert!(ok, "{log}");
     // replica-a is gone; its 1 s Lease runs out.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-    let (ok, log) = cycle_with_lease(&s, 125, "replica-b", "1s").await;
+    let (ok, log) = s.cycle_with(125, "replica-b", "1s", &[]).await;
     assert!(ok, "{log}");
     let lease = s
-        .sim
-        .get(
-            "coordination.k8s.io",
-            "leases",
-            "gpu-reaper",
-            "gpu-reaper-controller",
-        )
+        .cluster
+        .get("lease", Some(&s.ns), "gpu-reaper-controller")
         .unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "replica-b");
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
     // The new leader carries on from the annotations: the warning replica-a wrote counts.
-    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 0, "{log}");
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0, "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_next_cycle() {
-    let s = setup("resume", "Enforce").await;
+    let s = setup("resume", "Enforce");
     // What a run killed between its two writes leaves behind.
-    kubectl(
-        &s.sim,
-        &[
-            "annotate",
-            "deployment",
-            "chat",
-            "-n",
-            "ml",
-            r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
-            "gpureaper.io/reaped-action=ScaleToZero",
-            &format!("gpureaper.io/reaped-at={}", at(124)),
-        ],
-        None,
-    )
-    .await;
-    let (ok, log) = cycle(&s, 126, "a").await;
+    s.kubectl(&[
+        "annotate",
+        "deployment",
+        "chat",
+        "-n",
+        &s.ns,
+        r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
+        "gpureaper.io/reaped-action=ScaleToZero",
+        &format!("gpureaper.io/reaped-at={}", s.at(124)),
+    ]);
+    let (ok, log) = s.cycle(126, "a").await;
     assert!(ok, "{log}");
-    let d = deployment_of(&s, "chat");
+    let d = s.deployment("chat");
     assert_eq!(d["spec"]["replicas"], 0, "{log}");
     let restore: Value = serde_json::from_str(
         d["metadata"]["annotations"]["gpureaper.io/restore"]
@@ -696,35 +709,30 @@ async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_
     );
     assert_eq!(
         d["metadata"]["annotations"]["gpureaper.io/reaped-at"],
-        at(124),
+        s.at(124),
         "one action, not two"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wake_annotation_restores_and_an_owner_scaling_back_by_hand_restarts_the_ladder() {
-    let s = setup("wake", "Enforce").await;
+    let s = setup("wake", "Enforce");
     for minute in [95, 125] {
-        let (ok, log) = cycle(&s, minute, "a").await;
+        let (ok, log) = s.cycle(minute, "a").await;
         assert!(ok, "{log}");
     }
-    assert_eq!(deployment_of(&s, "chat")["spec"]["replicas"], 0);
-    kubectl(
-        &s.sim,
-        &[
-            "annotate",
-            "deployment",
-            "chat",
-            "-n",
-            "ml",
-            "gpureaper.io/wake=true",
-        ],
-        None,
-    )
-    .await;
-    let (ok, log) = cycle(&s, 126, "a").await;
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0);
+    s.kubectl(&[
+        "annotate",
+        "deployment",
+        "chat",
+        "-n",
+        &s.ns,
+        "gpureaper.io/wake=true",
+    ]);
+    let (ok, log) = s.cycle(126, "a").await;
     assert!(ok, "{log}");
-    let d = deployment_of(&s, "chat");
+    let d = s.deployment("chat");
     assert_eq!(d["spec"]["replicas"], 1, "{log}");
     let annotations = d["metadata"]["annotations"].as_object().unwrap();
     assert!(
@@ -739,71 +747,53 @@ async fn the_wake_annotation_restores_and_an_owner_scaling_back_by_hand_restarts
         annotations.contains_key("gpureaper.io/woken-at"),
         "{annotations:?}"
     );
+    assert!(s.events_for("chat").iter().any(|(r, n)| r == "Woken"
+        && *n == format!("scaled {}/Deployment/chat back to 1 replicas", s.ns)));
     assert!(
-        events_for(&s, "chat")
-            .iter()
-            .any(|(r, n)| r == "Woken" && n == "scaled ml/Deployment/chat back to 1 replicas")
-    );
-    assert!(
-        !events_for(&s, "chat")
+        !s.events_for("chat")
             .iter()
             .any(|(r, _)| r == "RestoredByOwner"),
         "a wake is not an owner's scale-up"
     );
 
     // gappy was reclaimed earlier (record done) and its owner scaled it back by hand.
-    kubectl(
-        &s.sim,
-        &[
-            "annotate",
-            "deployment",
-            "gappy",
-            "-n",
-            "ml",
-            r#"gpureaper.io/restore={"replicas":1,"state":"done"}"#,
-            "gpureaper.io/reaped-action=ScaleToZero",
-            &format!("gpureaper.io/reaped-at={}", at(20)),
-        ],
-        None,
-    )
-    .await;
-    let (ok, log) = cycle(&s, 127, "a").await;
+    s.kubectl(&[
+        "annotate",
+        "deployment",
+        "gappy",
+        "-n",
+        &s.ns,
+        r#"gpureaper.io/restore={"replicas":1,"state":"done"}"#,
+        "gpureaper.io/reaped-action=ScaleToZero",
+        &format!("gpureaper.io/reaped-at={}", s.at(20)),
+    ]);
+    let (ok, log) = s.cycle(127, "a").await;
     assert!(ok, "{log}");
-    let g = deployment_of(&s, "gappy");
+    let g = s.deployment("gappy");
     let annotations = g["metadata"]["annotations"].as_object().unwrap();
     assert!(
         !annotations.contains_key("gpureaper.io/reaped-at"),
         "{annotations:?}"
     );
     assert!(
-        events_for(&s, "gappy")
+        s.events_for("gappy")
             .iter()
             .any(|(r, _)| r == "RestoredByOwner"),
         "{:?}",
-        events_for(&s, "gappy")
+        s.events_for("gappy")
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_controller_watches_the_cluster_and_reacts_to_a_policy_change_at_once() {
-    let s = setup("running", "Audit").await;
+    let s = setup("running", "Audit");
     let port = common::free_port();
     // A one-hour interval: anything after the first cycle is driven by the policy watch.
     let mut child = tokio::process::Command::new(BIN)
-        .args(["controller", "--interval", "1h", "--now", &at(125)])
-        .args([
-            "--prometheus-url",
-            &s.prometheus.url,
-            "--scrape-interval",
-            "1m",
-        ])
-        .args([
-            "--identity",
-            "only",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .args(["controller", "--interval", "1h", "--now", &s.at(125)])
+        .args(s.controller_args("only", "15s"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -819,34 +809,29 @@ async fn the_running_controller_watches_the_cluster_and_reacts_to_a_policy_chang
     }
     // Audit: the first cycle warned by Event only.
     assert!(
-        deployment_of(&s, "chat")["metadata"]["annotations"]
+        s.deployment("chat")["metadata"]["annotations"]
             .get("gpureaper.io/warned-at")
             .is_none()
     );
-    kubectl(
-        &s.sim,
-        &[
-            "patch",
-            "gpupolicy",
-            "inference",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"mode":"Enforce"}}"#,
-        ],
-        None,
-    )
-    .await;
+    s.kubectl(&[
+        "patch",
+        "gpupolicy",
+        &s.ns,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"mode":"Enforce"}}"#,
+    ]);
     // Enforce now: the watch-triggered cycle records the warning on the workload.
     loop {
-        let d = deployment_of(&s, "chat");
+        let d = s.deployment("chat");
         if d["metadata"]["annotations"]
             .get("gpureaper.io/warned-at")
             .is_some()
         {
             assert_eq!(
                 d["metadata"]["annotations"]["gpureaper.io/warned-at"],
-                at(125)
+                s.at(125)
             );
             break;
         }
@@ -868,8 +853,10 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
     use gpu_reaper::cluster::inventory::{ObjectKey, resolve};
     use gpu_reaper::controller::caches::Caches;
 
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
+    let c = cluster();
+    c.install_crds();
+    let ns = c.namespace("ml-discovery", &[]);
+    let client = c.client().await;
     let crd = |group: &str, kind: &str, plural: &str, scale: bool| {
         let mut version = json!({"name": "v1", "served": true, "storage": true,
             "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
@@ -881,51 +868,76 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
             "spec": {"group": group, "scope": "Namespaced", "versions": [version],
                      "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")}}})
     };
-    let owned_pod = |name: &str, owner: (&str, &str, &str), resources: Value| {
+    // A CRD gpu-reaper has never heard of, with /scale and an unconventional plural, and
+    // one without /scale (not watched: its pod is reported under it).
+    c.apply(&crd("inference.example.com", "Matrix", "matrices", true).to_string());
+    c.apply(&crd("trainer.example.com", "Trainer", "trainers", false).to_string());
+    c.kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/matrices.inference.example.com",
+            "crd/trainers.trainer.example.com",
+        ],
+        None,
+    );
+    c.apply(
+        &json!({"apiVersion": "inference.example.com/v1", "kind": "Matrix",
+        "metadata": {"name": "mm", "namespace": ns}, "spec": {"replicas": 2}})
+        .to_string(),
+    );
+    c.apply(
+        &json!({"apiVersion": "trainer.example.com/v1", "kind": "Trainer",
+        "metadata": {"name": "t", "namespace": ns}, "spec": {}})
+        .to_string(),
+    );
+    // Pods owned by them (with their real uids: the garbage collector deletes pods whose
+    // owner does not exist).
+    let owned_pod = |name: &str, owner: (&str, &str, &str)| {
+        let uid = c.kubectl(
+            &["get", owner.2, "-n", &ns, "-o", "jsonpath={.metadata.uid}"],
+            None,
+        );
         json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ml", "ownerReferences": [
-                {"apiVersion": owner.0, "kind": owner.1, "name": owner.2, "uid": "u", "controller": true}]},
-            "spec": resources, "status": {"phase": "Running"}})
+            "metadata": {"name": name, "namespace": ns, "ownerReferences": [
+                {"apiVersion": owner.0, "kind": owner.1, "name": owner.2.split('/').nth(1).unwrap(), "uid": uid, "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        .to_string()
     };
-    let one_gpu =
-        json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
-    let shared_claim = json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}]}}],
-        "resourceClaims": [{"name": "gpus", "resourceClaimName": "shared"}]});
-    for object in [
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}),
-        // A CRD gpu-reaper has never heard of, with /scale and an unconventional plural.
-        crd("inference.example.com", "Matrix", "matrices", true),
-        json!({"apiVersion": "inference.example.com/v1", "kind": "Matrix",
-               "metadata": {"name": "mm", "namespace": "ml"}, "spec": {"replicas": 2}}),
-        owned_pod(
-            "mm-0",
-            ("inference.example.com/v1", "Matrix", "mm"),
-            one_gpu.clone(),
+    c.apply(&owned_pod(
+        "mm-0",
+        (
+            "inference.example.com/v1",
+            "Matrix",
+            "matrices.inference.example.com/mm",
         ),
-        // One without /scale: not watched, its pod reported under it.
-        crd("trainer.example.com", "Trainer", "trainers", false),
-        owned_pod("t-0", ("trainer.example.com/v1", "Trainer", "t"), one_gpu),
-        // Two pods of one ReplicaSet sharing an existing ResourceClaim of 2 GPUs.
-        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-               "metadata": {"name": "shared", "namespace": "ml"},
-               "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}),
-        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "serve-1", "namespace": "ml"},
-               "spec": {"selector": {"matchLabels": {"app": "serve"}}, "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
-        owned_pod(
-            "serve-1-a",
-            ("apps/v1", "ReplicaSet", "serve-1"),
-            shared_claim.clone(),
+    ));
+    c.apply(&owned_pod(
+        "t-0",
+        (
+            "trainer.example.com/v1",
+            "Trainer",
+            "trainers.trainer.example.com/t",
         ),
-        owned_pod(
-            "serve-1-b",
-            ("apps/v1", "ReplicaSet", "serve-1"),
-            shared_claim,
-        ),
-    ] {
-        sim.seed(object).unwrap();
-    }
-    kubectl(&sim, &["apply", "-f", CRDS], None).await;
-    let caches = Caches::start(&client, &[("apps", "v1", "ReplicaSet", "replicasets")]).await;
+    ));
+    // A ReplicaSet whose two pods share an existing ResourceClaim of 2 GPUs (nothing
+    // allocates it here, so they stay Pending; they hold the claim all the same).
+    c.apply(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "shared", "namespace": ns},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}).to_string());
+    c.apply(&json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "serve-1", "namespace": ns},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": {"metadata": {"labels": {"app": "serve"}},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}],
+                     "resourceClaims": [{"name": "gpus", "resourceClaimName": "shared"}]}}}}).to_string());
+    wait_until("the ReplicaSet's two pods", || {
+        c.list("pods", &ns, Some("app=serve")).len() == 2
+    });
+    let serve_pod = c.list("pods", &ns, Some("app=serve"))[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.running_pods(&ns, "!app", 2);
+    let caches = Caches::start(&client, &[("apps", "v1", "ReplicaSet", "replicasets")], "").await;
     tokio::time::timeout(std::time::Duration::from_secs(30), caches.wait_synced())
         .await
         .expect("watches synced");
@@ -940,7 +952,7 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
     let matrix = find("mm-0");
     assert_eq!(
         matrix.root.key(),
-        ObjectKey::new("inference.example.com/v1", "Matrix", "ml", "mm")
+        ObjectKey::new("inference.example.com/v1", "Matrix", &ns, "mm")
     );
     assert_eq!(matrix.unwatched_owner, None);
     let trainer = find("t-0");
@@ -949,7 +961,7 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
         trainer.unwatched_owner.as_ref().map(|o| o.kind.as_str()),
         Some("Trainer")
     );
-    let serve = find("serve-1-a");
+    let serve = find(&serve_pod);
     assert_eq!(serve.root.kind, "ReplicaSet");
     assert_eq!(serve.pods.len(), 2);
     assert_eq!(serve.gpus, 2.0, "one shared claim of 2 GPUs, counted once");
@@ -967,33 +979,25 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
     .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled ml/Matrix/mm from 2 replicas to 0".into())
+        Outcome::Done(format!("scaled {ns}/Matrix/mm from 2 replicas to 0"))
     );
     assert_eq!(
-        s_get(&sim, "inference.example.com", "matrices", "mm")["spec"]["replicas"],
+        c.get("matrices.inference.example.com", Some(&ns), "mm")
+            .unwrap()["spec"]["replicas"],
         0
     );
 }
 
-fn s_get(sim: &KubeSim, group: &str, plural: &str, name: &str) -> Value {
-    sim.get(group, plural, "ml", name).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_renews_its_lease_between_evaluations() {
-    let s = setup("renew", "Audit").await;
+    let s = setup("renew", "Audit");
     let port = common::free_port();
     // Evaluations an hour apart, a Lease of 2 s: only renewing on its own clock keeps it.
     let _leader = tokio::process::Command::new(BIN)
-        .args(["controller", "--interval", "1h", "--lease-duration", "2s"])
-        .args([
-            "--prometheus-url",
-            &s.prometheus.url,
-            "--scrape-interval",
-            "1m",
-        ])
-        .args(["--identity", "a", "--listen", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .args(["controller", "--interval", "1h"])
+        .args(s.controller_args("a", "2s"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -1009,20 +1013,15 @@ async fn the_leader_renews_its_lease_between_evaluations() {
     }
     // Three Lease durations later the standby still cannot take over.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let (ok, log) = cycle_with_lease(&s, 125, "b", "2s").await;
+    let (ok, log) = s.cycle_with(125, "b", "2s", &[]).await;
     assert!(
         !ok,
         "the standby took a Lease its leader keeps renewing: {log}"
     );
     assert!(log.contains("not the leader"), "{log}");
     let lease = s
-        .sim
-        .get(
-            "coordination.k8s.io",
-            "leases",
-            "gpu-reaper",
-            "gpu-reaper-controller",
-        )
+        .cluster
+        .get("lease", Some(&s.ns), "gpu-reaper-controller")
         .unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "a");
 }

@@ -19,8 +19,20 @@ pub async fn list_all<K>(api: &Api<K>) -> std::result::Result<Vec<K>, kube::Erro
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    list_all_matching(api, "").await
+}
+
+/// Lists the objects of `api` with these labels (a label selector; empty: all), in
+/// pages of 500.
+pub async fn list_all_matching<K>(
+    api: &Api<K>,
+    label_selector: &str,
+) -> std::result::Result<Vec<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let mut out = Vec::new();
-    let mut params = ListParams::default().limit(500);
+    let mut params = ListParams::default().limit(500).labels(label_selector);
     loop {
         let page = api.list(&params).await?;
         let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());

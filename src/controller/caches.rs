@@ -293,7 +293,11 @@ pub async fn owner_resources(
 impl Caches {
     /// Starts the watches; owner kinds whose API is not served, or that RBAC does not let
     /// the controller list, are skipped (pods under them are reported, not acted on).
-    pub async fn start(client: &Client, owner_kinds: &[(&str, &str, &str, &str)]) -> Self {
+    pub async fn start(
+        client: &Client,
+        owner_kinds: &[(&str, &str, &str, &str)],
+        policy_selector: &str,
+    ) -> Self {
         let config = watcher::Config::default().page_size(500);
         let (pods, writer) = reflector::store();
         let stream = reflector::reflector(
@@ -334,7 +338,10 @@ impl Caches {
         let (policies, writer) = reflector::store();
         let stream = reflector::reflector(
             writer,
-            watcher(Api::<GpuPolicy>::all(client.clone()), config.clone()),
+            watcher(
+                Api::<GpuPolicy>::all(client.clone()),
+                config.clone().labels(policy_selector),
+            ),
         )
         .default_backoff();
         let mut generations = HashMap::new();

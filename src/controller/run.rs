@@ -249,6 +249,8 @@ struct Controller {
     /// Activity history replayed into a policy's idle spans when it is first evaluated.
     history_backfill: SignedDuration,
     selector_labels: crate::telemetry::trace::WorkloadLabels,
+    /// Label selector of the GpuPolicies this controller governs (`--policy-selector`).
+    policy_selector: String,
     resources: GpuResources,
     audit: AuditMemory,
     metrics: Arc<Metrics>,
@@ -314,9 +316,10 @@ impl Controller {
         let owner_resources = super::caches::owner_resources(c, OWNER_KINDS).await;
         let (gpu_pods, owners) =
             snapshot::gpu_pods_and_owners(c, &self.resources, &owner_resources, now).await?;
-        let policies = snapshot::list_all(&Api::<GpuPolicy>::all(c.clone()))
-            .await
-            .map_err(kube_err("listing GpuPolicies"))?;
+        let policies =
+            snapshot::list_all_matching(&Api::<GpuPolicy>::all(c.clone()), &self.policy_selector)
+                .await
+                .map_err(kube_err("listing GpuPolicies"))?;
         let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())
             .list_metadata(&ListParams::default())
             .await
@@ -1341,7 +1344,8 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         let caches = if args.once {
             None
         } else {
-            let caches = super::caches::Caches::start(&client, OWNER_KINDS).await;
+            let caches =
+                super::caches::Caches::start(&client, OWNER_KINDS, &args.policy_selector).await;
             caches.wait_synced().await;
             tracing::info!("watches synced");
             Some(caches)
@@ -1356,6 +1360,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             scrape_interval: scrape,
             history_backfill,
             selector_labels: workload_labels(&args.prometheus),
+            policy_selector: args.policy_selector.clone(),
             resources: settings.resources,
             audit: load_audit_memory(&client, &args.lease_namespace, &audit_configmap).await,
             metrics: metrics.clone(),

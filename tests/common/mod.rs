@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! Shared by the integration tests that need a real Prometheus: the Debian `prometheus`
 //! server on loopback with series backfilled by `promtool`.
 
@@ -127,4 +128,64 @@ pub fn http_ok(port: u16, path: &str) -> bool {
     }
     let mut buf = [0u8; 12];
     s.read_exact(&mut buf).is_ok() && buf.ends_with(b"200")
+}
+
+pub mod cluster;
+
+/// RFC 3339 of `minutes` after `t0` (epoch seconds).
+pub fn at(t0: i64, minutes: i64) -> String {
+    jiff::Timestamp::from_second(t0 + minutes * 60)
+        .unwrap()
+        .to_string()
+}
+
+/// A whole minute a little after the wall clock: the start of a history laid out after
+/// the objects it describes were created (the API server stamps them with the wall
+/// clock), backfilled into Prometheus ahead of time, and evaluated with `--now`.
+pub fn history_start() -> i64 {
+    jiff::Timestamp::now().as_second() / 60 * 60 + 120
+}
+
+/// DCGM exporter series in OpenMetrics, one sample a minute, for promtool's backfill.
+pub struct Dcgm {
+    text: String,
+    t0: i64,
+}
+
+impl Dcgm {
+    pub fn new(t0: i64) -> Self {
+        Dcgm {
+            text: String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n"),
+            t0,
+        }
+    }
+
+    /// GPU `gpu` of `namespace/pod` over `minutes`, at `value(minute)` (None: no sample).
+    pub fn gpu(
+        &mut self,
+        namespace: &str,
+        pod: &str,
+        gpu: u32,
+        model: &str,
+        minutes: std::ops::RangeInclusive<i64>,
+        value: impl Fn(i64) -> Option<f64>,
+    ) -> &mut Self {
+        use std::fmt::Write as _;
+        for m in minutes {
+            if let Some(v) = value(m) {
+                let _ = writeln!(
+                    self.text,
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{gpu}\",UUID=\"GPU-{pod}-{gpu}\",modelName=\"{model}\",Hostname=\"n1\",namespace=\"{namespace}\",pod=\"{pod}\",container=\"main\"}} {v} {}",
+                    self.t0 + m * 60
+                );
+            }
+        }
+        self
+    }
+
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut text = std::mem::take(&mut self.text);
+        text.push_str("# EOF\n");
+        text.into_bytes()
+    }
 }

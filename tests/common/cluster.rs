@@ -1,0 +1,278 @@
+//! The real control plane the end-to-end tests run on: etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok GPU nodes, built from the pinned Go
+//! modules in `tests/k8s` and started by `scripts/testenv`.
+//!
+//! Which cluster, in order:
+//! - `GPU_REAPER_TESTENV=DIR`: the one `scripts/testenv up DIR` started (what
+//!   `scripts/test` does once for the whole run);
+//! - otherwise one per test binary, started on first use in a temporary directory and
+//!   stopped when the binary exits.
+//!
+//! Tests share it, so each works in namespaces of its own ([`Cluster::namespace`]) and
+//! names its cluster-scoped objects after itself.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+/// The cluster of this test run (started on first use).
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let dir = match std::env::var_os("GPU_REAPER_TESTENV") {
+            Some(dir) => PathBuf::from(dir),
+            None => {
+                let dir =
+                    std::env::temp_dir().join(format!("gpu-reaper-testenv-{}", std::process::id()));
+                let out = Command::new(Path::new(ROOT).join("scripts/testenv"))
+                    .arg("up")
+                    .arg(&dir)
+                    .args(["--owner-pid", &std::process::id().to_string()])
+                    .stdout(Stdio::null())
+                    .output()
+                    .expect("scripts/testenv runs (needs bash, Go, openssl, curl)");
+                assert!(
+                    out.status.success(),
+                    "scripts/testenv up {} failed:\n{}",
+                    dir.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                dir
+            }
+        };
+        let kubeconfig = dir.join("kubeconfig");
+        assert!(
+            kubeconfig.is_file(),
+            "{} is missing: start the control plane with `scripts/testenv up {}`",
+            kubeconfig.display(),
+            dir.display()
+        );
+        Cluster { dir, kubeconfig }
+    })
+}
+
+/// What a command printed, and whether it succeeded.
+#[derive(Debug)]
+pub struct Run {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Self {
+        Run {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Cluster {
+    /// A tool built with the control plane: kubectl, helm, kwok, prometheus3, kueue.
+    pub fn bin(&self, tool: &str) -> PathBuf {
+        self.dir.join("bin").join(tool)
+    }
+
+    /// `kubectl` against this cluster (the pinned build, cluster-admin).
+    pub fn kubectl_command(&self) -> Command {
+        let mut command = Command::new(self.bin("kubectl"));
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("kubectl-cache"));
+        command
+    }
+
+    /// Runs kubectl with `stdin`; its output whatever the outcome.
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        run_with_stdin(self.kubectl_command().args(args), stdin)
+    }
+
+    /// Runs kubectl and requires success; its stdout.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let run = self.try_kubectl(args, stdin);
+        assert!(run.ok, "kubectl {args:?} failed: {}", run.stderr);
+        run.stdout
+    }
+
+    /// `kubectl apply -f -` of a YAML or JSON document.
+    pub fn apply(&self, document: &str) -> String {
+        self.kubectl(&["apply", "-f", "-"], Some(document))
+    }
+
+    /// An object as JSON (`kubectl get -o json`), or None when it does not exist.
+    pub fn get(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<serde_json::Value> {
+        let mut args = vec!["get", kind, name, "-o", "json"];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns]);
+        }
+        let run = self.try_kubectl(&args, None);
+        if !run.ok {
+            assert!(
+                run.stderr.contains("NotFound") || run.stderr.contains("not found"),
+                "kubectl {args:?}: {}",
+                run.stderr
+            );
+            return None;
+        }
+        Some(serde_json::from_str(&run.stdout).expect("kubectl prints JSON"))
+    }
+
+    /// Objects of `kind` in `namespace` (`kubectl get -o json`), optionally by label.
+    pub fn list(
+        &self,
+        kind: &str,
+        namespace: &str,
+        selector: Option<&str>,
+    ) -> Vec<serde_json::Value> {
+        let mut args = vec!["get", kind, "-n", namespace, "-o", "json"];
+        if let Some(s) = selector {
+            args.extend(["-l", s]);
+        }
+        let out = self.kubectl(&args, None);
+        let list: serde_json::Value = serde_json::from_str(&out).expect("kubectl prints JSON");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A new namespace `{prefix}-{n}` with `labels`, ready for pods (its default service
+    /// account exists). Each test works in namespaces of its own.
+    pub fn namespace(&self, prefix: &str, labels: &[(&str, &str)]) -> String {
+        let name = format!("{prefix}-{}", unique());
+        let mut doc =
+            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n");
+        doc.push_str(&format!("    gpureaper.io/test: {prefix}\n"));
+        for (k, v) in labels {
+            doc.push_str(&format!("    {k}: \"{v}\"\n"));
+        }
+        self.apply(&doc);
+        wait_until(&format!("the default service account of {name}"), || {
+            self.try_kubectl(&["get", "serviceaccount", "default", "-n", &name], None)
+                .ok
+        });
+        name
+    }
+
+    /// The project's CRDs, applied once per cluster (server-side, so re-applying them from
+    /// several test binaries is harmless) and established.
+    pub fn install_crds(&self) {
+        static DONE: OnceLock<()> = OnceLock::new();
+        DONE.get_or_init(|| {
+            let crds = Path::new(ROOT).join("crds/gpu-reaper.yaml");
+            self.kubectl(
+                &[
+                    "apply",
+                    "--server-side",
+                    "--force-conflicts",
+                    "-f",
+                    crds.to_str().unwrap(),
+                ],
+                None,
+            );
+            self.kubectl(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "crd/gpupolicies.gpureaper.io",
+                    "crd/readinessattestations.gpureaper.io",
+                    "--timeout=60s",
+                ],
+                None,
+            );
+        });
+    }
+
+    /// A kube::Client for this cluster (cluster-admin).
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Pods of `namespace` with `selector` that are Running, once there are `count`.
+    pub fn running_pods(
+        &self,
+        namespace: &str,
+        selector: &str,
+        count: usize,
+    ) -> Vec<serde_json::Value> {
+        let mut pods = Vec::new();
+        wait_until(
+            &format!("{count} running pods {selector} in {namespace}"),
+            || {
+                pods = self
+                    .list("pods", namespace, Some(selector))
+                    .into_iter()
+                    .filter(|p| {
+                        p["status"]["phase"] == "Running"
+                            && p["metadata"]["deletionTimestamp"].is_null()
+                    })
+                    .collect();
+                pods.len() == count
+            },
+        );
+        pods
+    }
+}
+
+/// Runs `command` with `stdin` (or none).
+pub fn run_with_stdin(command: &mut Command, stdin: Option<&str>) -> Run {
+    use std::io::Write;
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} runs: {e}"));
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap().into()
+}
+
+/// A short name part unique within this test run.
+pub fn unique() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}{}",
+        std::process::id() % 100_000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// How long a test waits for the cluster to get somewhere (a safety net for a hung run,
+/// never a timing claim: the machines are shared and slow).
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Polls `done` until it holds; fails the test naming `what` after [`PATIENCE`].
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
