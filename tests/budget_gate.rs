@@ -1,26 +1,387 @@
-//! End to end: kube-sim (the in-memory API server) calls the real `gpu-reaper webhook`
-//! binary over HTTPS with a test CA through a ValidatingWebhookConfiguration; kubectl
-//! creates GPU workloads and prints our denials and warnings; `gpu-reaper attest approve`
-//! writes the approval. Also: certificate rotation without a failed request.
+//! End to end on the real control plane (scripts/testenv): the real kube-apiserver calls
+//! the real `gpu-reaper webhook` binary over TLS through the chart's own
+//! ValidatingWebhookConfiguration (rendered by the real helm: its caBundle, rules,
+//! matchConditions, failurePolicy and timeout) and the chart's Service, routed to the
+//! webhook process on this machine, which serves the chart's generated certificate; the
+//! API server verifies it against the Service's DNS name. kubectl creates GPU workloads
+//! and prints our denials and warnings; `gpu-reaper attest approve` writes the approval;
+//! the CRD's CEL rule refuses a forged one. Also: certificate rotation without a failed
+//! request.
+//!
+//! Each test has a release namespace (the chart's Service), a namespace for its
+//! workloads, a GpuPolicy governing only that namespace and a webhook configuration
+//! scoped to it, so the tests share one cluster.
+
+mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "common/pki.rs"]
-mod pki;
-
-use kube_sim::KubeSim;
+use common::chart::{BIN, Cleanup, Gate, render};
+use common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until};
+use common::pki;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SAFETY: Duration = Duration::from_secs(60);
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
-const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
+
+/// One test's gate: a release of the chart (webhook only, failurePolicy Fail) rendered
+/// into `{prefix}-sys-N`, its webhook serving `{prefix}-N`, and a policy for it.
+struct Setup {
+    cluster: &'static Cluster,
+    ns: String,
+    policy: String,
+    gate: Gate,
+    _cleanup: Cleanup,
+}
+
+fn setup(prefix: &str, policy: impl FnOnce(&str, &str) -> String) -> Setup {
+    let cluster = cluster();
+    cluster.install_crds();
+    let mut cleanup = Cleanup::new(cluster);
+    let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
+    cleanup.add("namespace", &system);
+    let ns = cluster.namespace(prefix, &[]);
+    cleanup.add("namespace", &ns);
+    let name = format!("research-{ns}");
+    cluster.apply(&policy(&name, &ns));
+    cleanup.add("gpupolicy", &name);
+    let release = format!("{prefix}-{}", unique());
+    let values = json!({
+        "controller": {"enabled": false},
+        "samplePolicy": {"enabled": false},
+        "webhook": {"failurePolicy": "Fail"},
+    });
+    let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
+    let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
+    cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
+    gate.wait_called(&ns);
+    Setup {
+        cluster,
+        ns,
+        policy: name,
+        gate,
+        _cleanup: cleanup,
+    }
+}
+
+/// The policy of a test: admission only, for its namespace alone.
+fn policy(name: &str, ns: &str) -> String {
+    format!(
+        r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata: {{name: {name}}}
+spec:
+  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}
+  admission:
+    largeClaimGpus: 8
+    mode: Enforce
+"#
+    )
+}
+
+fn job(ns: &str, name: &str, gpus_per_pod: u32, parallelism: u32) -> String {
+    format!(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{app: llama-finetune}}
+spec:
+  parallelism: {parallelism}
+  template:
+    metadata:
+      labels: {{app: llama-finetune}}
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: train
+        image: pytorch/pytorch:2.4.0
+        resources:
+          limits: {{nvidia.com/gpu: "{gpus_per_pod}"}}
+"#
+    )
+}
+
+fn attestation(ns: &str) -> String {
+    format!(
+        r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: ReadinessAttestation
+metadata: {{name: llama-finetune, namespace: {ns}}}
+spec:
+  selector: {{matchLabels: {{app: llama-finetune}}}}
+  maxGpus: 64
+  expiresAt: "2030-01-01T00:00:00Z"
+  owner: {{email: alice@example.com}}
+  evidence: {{datasetUri: "s3://bucket/llama/v3", dataThroughputGBps: 40, checkpointing: true}}
+"#
+    )
+}
+
+/// `gpu-reaper` with the cluster-admin kubeconfig.
+fn gpu_reaper(cluster: &Cluster, args: &[&str]) -> Run {
+    run_with_stdin(
+        Command::new(BIN)
+            .args(args)
+            .env("KUBECONFIG", &cluster.kubeconfig),
+        None,
+    )
+}
+
+/// Retries `kubectl create` until its outcome satisfies `done` (the webhook's caches
+/// follow the API server within milliseconds, not instantly). An admitted Job is deleted
+/// again at once (its pods would hold GPUs of the shared kwok nodes).
+fn create_until(cluster: &Cluster, manifest: &str, done: impl Fn(&Run) -> bool) -> Run {
+    let deadline = Instant::now() + SAFETY;
+    loop {
+        let dry = cluster.try_kubectl(&["create", "--dry-run=server", "-f", "-"], Some(manifest));
+        if done(&dry) {
+            return cluster.try_kubectl(&["create", "-f", "-"], Some(manifest));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never reached the expected outcome: {}",
+            dry.stderr
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn release_job(cluster: &Cluster, ns: &str, name: &str) {
+    assert!(
+        cluster.get("job", Some(ns), name).is_some(),
+        "job {name} exists"
+    );
+    cluster.kubectl(&["delete", "job", name, "-n", ns, "--wait=false"], None);
+}
+
+/// `gauge` equals the number of `kind` objects in the whole cluster (other tests create
+/// them too), read around it until both agree.
+fn wait_cached(gate: &Gate, cluster: &Cluster, resource: &str) -> f64 {
+    let series = format!("gpu_reaper_admission_cached_objects{{resource=\"{resource}\"}}");
+    let mut seen = (None, 0);
+    wait_until(&format!("{series} to match the cluster"), || {
+        let count = |c: &Cluster| {
+            let out = c.kubectl(&["get", resource, "-A", "-o", "name"], None);
+            out.lines().count()
+        };
+        let before = count(cluster);
+        let cached = gate.metric(&series);
+        let after = count(cluster);
+        seen = (cached, before);
+        before == after && cached == Some(before as f64)
+    });
+    assert!(seen.1 >= 1, "{seen:?}");
+    seen.1 as f64
+}
+
+#[test]
+fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() {
+    let s = setup("gate", policy);
+    let (cluster, ns, research) = (s.cluster, s.ns.as_str(), s.policy.as_str());
+
+    // A small job passes through the gate (the webhook decided it); a 16-GPU job without
+    // attestation is denied with our sentence.
+    let allowed = s
+        .gate
+        .metric("gpu_reaper_admission_decisions_total{verdict=\"allow\",reason=\"within_limit\"}")
+        .unwrap_or(0.0);
+    cluster.kubectl(&["create", "-f", "-"], Some(&job(ns, "small", 4, 2)));
+    release_job(cluster, ns, "small");
+    assert_eq!(
+        s.gate.metric(
+            "gpu_reaper_admission_decisions_total{verdict=\"allow\",reason=\"within_limit\"}"
+        ),
+        Some(allowed + 1.0),
+        "the API server asked the gate about the small job: {}",
+        s.gate.metrics()
+    );
+    let denied = create_until(cluster, &job(ns, "train", 8, 2), |r| !r.ok);
+    assert!(!denied.ok);
+    let expected = format!(
+        "admission webhook \"budget-gate.gpureaper.io\" denied the request: Job {ns}/train claims 16 GPUs, more than the 8 GpuPolicy \"{research}\" admits without a ReadinessAttestation, and no ReadinessAttestation in namespace {ns} selects its labels; create one that does (see docs/budget-gate.md) and ask an approver to run `gpu-reaper attest approve {ns}/<name>`."
+    );
+    assert!(denied.stderr.contains(&expected), "{}", denied.stderr);
+    assert!(cluster.get("job", Some(ns), "train").is_none());
+
+    // The team writes an attestation: not approved yet.
+    cluster.apply(&attestation(ns));
+    let pending = create_until(cluster, &job(ns, "train", 8, 2), |r| {
+        r.stderr.contains("is not approved")
+    });
+    assert!(!pending.ok);
+    assert!(pending.stderr.contains(&format!("ReadinessAttestation {ns}/llama-finetune is not approved; ask an approver to review it and run `gpu-reaper attest approve {ns}/llama-finetune`.")), "{}", pending.stderr);
+
+    // An approver approves it; the same create succeeds.
+    let target = format!("{ns}/llama-finetune");
+    let approve = gpu_reaper(cluster, &["attest", "approve", &target]);
+    assert!(approve.ok, "{}", approve.stderr);
+    // approvedBy is the kubeconfig's user entry ("admin"), not the identity the API
+    // server authenticated (testenv-admin).
+    assert_eq!(
+        approve.stdout.trim(),
+        format!("readinessattestation {target} approved by admin for generation 1")
+    );
+    let stored = cluster
+        .get("readinessattestation", Some(ns), "llama-finetune")
+        .unwrap();
+    assert_eq!(stored["status"]["approvedGeneration"], 1);
+    assert_eq!(stored["status"]["approvedBy"], "admin");
+    let admitted = create_until(cluster, &job(ns, "train", 8, 2), |r| r.ok);
+    assert!(admitted.ok, "{}", admitted.stderr);
+    release_job(cluster, ns, "train");
+
+    // Editing the spec voids the approval (the real server bumps metadata.generation).
+    cluster.kubectl(
+        &[
+            "patch",
+            "readinessattestation",
+            "llama-finetune",
+            "-n",
+            ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"maxGpus":128}}"#,
+        ],
+        None,
+    );
+    let voided = create_until(cluster, &job(ns, "train-2", 8, 2), |r| {
+        r.stderr.contains("has changed since")
+    });
+    assert!(!voided.ok);
+    assert!(
+        voided.stderr.contains(&format!("ReadinessAttestation {ns}/llama-finetune was approved for generation 1 but its spec has changed since (generation 2)")),
+        "{}",
+        voided.stderr
+    );
+
+    // Re-approval covers the new spec; revoking withdraws it.
+    let again = gpu_reaper(
+        cluster,
+        &["attest", "approve", &target, "--approver", "lead"],
+    );
+    assert!(
+        again.stdout.contains("approved by lead for generation 2"),
+        "{}",
+        again.stderr
+    );
+    assert!(create_until(cluster, &job(ns, "train-2", 8, 2), |r| r.ok).ok);
+    release_job(cluster, ns, "train-2");
+    let revoke = gpu_reaper(cluster, &["attest", "revoke", &target]);
+    assert!(revoke.ok, "{}", revoke.stderr);
+    assert!(!create_until(cluster, &job(ns, "train-3", 8, 2), |r| !r.ok).ok);
+
+    // A team cannot approve by writing status itself with a stale generation: the CRD's
+    // CEL rule, evaluated by the real API server.
+    let forged = cluster.try_kubectl(
+        &["patch", "readinessattestation", "llama-finetune", "-n", ns, "--subresource", "status", "--type", "merge", "-p",
+          r#"{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Self","message":"me","lastTransitionTime":"2026-11-01T00:00:00Z"}],"approvedBy":"me","approvedGeneration":1}}"#],
+        None,
+    );
+    assert!(!forged.ok);
+    assert!(
+        forged
+            .stderr
+            .contains("status.approvedGeneration 1 must equal metadata.generation 2"),
+        "{}",
+        forged.stderr
+    );
+
+    // Warn mode admits with a kubectl warning.
+    cluster.kubectl(
+        &[
+            "patch",
+            "gpupolicy",
+            research,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"admission":{"mode":"Warn"}}}"#,
+        ],
+        None,
+    );
+    let warned = create_until(cluster, &job(ns, "train-4", 8, 2), |r| r.ok);
+    assert!(warned.ok, "{}", warned.stderr);
+    assert!(
+        warned.stderr.contains(&format!("Warning: Job {ns}/train-4 claims 16 GPUs, more than the 8 GpuPolicy \"{research}\" admits without a ReadinessAttestation, and ReadinessAttestation {ns}/llama-finetune is not approved")),
+        "{}",
+        warned.stderr
+    );
+    release_job(cluster, ns, "train-4");
+
+    // Every decision was counted.
+    let metrics = s.gate.metrics();
+    for series in [
+        "gpu_reaper_admission_decisions_total{verdict=\"deny\",reason=\"no_attestation\"}",
+        "gpu_reaper_admission_decisions_total{verdict=\"allow\",reason=\"attested\"}",
+        "gpu_reaper_admission_decisions_total{verdict=\"warn\",reason=\"not_approved\"}",
+    ] {
+        assert!(metrics.contains(series), "{series}: {metrics}");
+    }
+    wait_cached(&s.gate, cluster, "readinessattestations");
+}
+
+#[test]
+fn gpus_claimed_through_a_dra_claim_template_are_counted_from_the_webhook_cache() {
+    let s = setup("gate-dra", policy);
+    let (cluster, ns) = (s.cluster, s.ns.as_str());
+    // resource.k8s.io/v1, validated by the real server.
+    let template = format!(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: four-gpus, namespace: {ns}}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly: {{deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 4}}
+"#
+    );
+    cluster.apply(&template);
+    // 4 pods, each with a claim made from the template: 16 GPUs, none in resources.limits.
+    let job = format!(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: dra-train, namespace: {ns}, labels: {{app: llama-finetune}}}}
+spec:
+  parallelism: 4
+  template:
+    spec:
+      restartPolicy: Never
+      resourceClaims:
+      - {{name: gpus, resourceClaimTemplateName: four-gpus}}
+      containers:
+      - name: train
+        image: pytorch/pytorch:2.4.0
+        resources:
+          claims: [{{name: gpus}}]
+"#
+    );
+    let denied = create_until(cluster, &job, |r| !r.ok);
+    assert!(
+        denied.stderr.contains(&format!(
+            "denied the request: Job {ns}/dra-train claims 16 GPUs, more than the 8"
+        )),
+        "{}",
+        denied.stderr
+    );
+    wait_cached(&s.gate, cluster, "resourceclaimtemplates");
+}
+
+// ---- certificate rotation: the webhook's TLS listener, with clients of our own ----
 
 /// A throw-away CA and a serving certificate for 127.0.0.1, as PEM.
 struct TestPki {
@@ -30,7 +391,7 @@ struct TestPki {
     leaf_der: Vec<u8>,
 }
 
-fn pki(label: &str) -> TestPki {
+fn test_pki(label: &str) -> TestPki {
     let ca = pki::Ca::new(&format!("budget-gate test CA {label}"));
     let leaf = ca.leaf(&["127.0.0.1"], &format!("gpu-reaper webhook {label}"));
     TestPki {
@@ -41,15 +402,8 @@ fn pki(label: &str) -> TestPki {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The webhook binary, killed on drop.
+/// The webhook binary on loopback with a test certificate (its caches on the real
+/// cluster), killed on drop.
 struct Webhook {
     _child: tokio::process::Child,
     port: u16,
@@ -60,13 +414,13 @@ struct Webhook {
 }
 
 impl Webhook {
-    async fn start(sim: &KubeSim, pki: &TestPki) -> Self {
+    async fn start(cluster: &Cluster, pki: &TestPki) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cert = dir.path().join("tls.crt");
         let key = dir.path().join("tls.key");
         std::fs::write(&cert, &pki.cert_pem).unwrap();
         std::fs::write(&key, &pki.key_pem).unwrap();
-        let (port, probe_port) = (free_port(), free_port());
+        let (port, probe_port) = (common::free_port(), common::free_port());
         let child = tokio::process::Command::new(BIN)
             .args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--probe-listen", &format!("127.0.0.1:{probe_port}")])
@@ -75,7 +429,7 @@ impl Webhook {
             .arg("--tls-key")
             .arg(&key)
             .args(["--tls-reload-interval", "100ms", "--cache-debounce", "20ms"])
-            .env("KUBECONFIG", sim.kubeconfig_path())
+            .env("KUBECONFIG", &cluster.kubeconfig)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -101,32 +455,6 @@ impl Webhook {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         webhook
-    }
-
-    fn configuration(&self, pki: &TestPki) -> String {
-        use base64::Engine;
-        let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&pki.ca_pem);
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "gpu-reaper-budget-gate"},
-            "webhooks": [{
-                "name": "budget-gate.gpureaper.io",
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", self.port), "caBundle": ca_bundle},
-                "rules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]},
-                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs", "cronjobs"]},
-                    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "replicasets"]},
-                    {"apiGroups": ["gpureaper.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
-                     "resources": ["readinessattestations", "readinessattestations/status"]},
-                ],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 5,
-            }],
-        })
-        .to_string()
     }
 }
 
@@ -162,321 +490,6 @@ async fn plain_get_body(port: u16, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     response
-}
-
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-async fn run(program: &str, sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> Run {
-    let mut command = tokio::process::Command::new(program);
-    if program == "kubectl" {
-        command
-            .arg("--kubeconfig")
-            .arg(sim.kubeconfig_path())
-            .arg("--cache-dir")
-            .arg(sim.kubeconfig_path().with_file_name("kubectl-cache"));
-    } else {
-        command.env("KUBECONFIG", sim.kubeconfig_path());
-    }
-    let mut child = command
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(input.as_bytes()).await.unwrap();
-        drop(pipe);
-    }
-    let output = tokio::time::timeout(SAFETY, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{program} {args:?} hung"))
-        .unwrap();
-    Run {
-        ok: output.status.success(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-async fn kubectl(sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> Run {
-    run("kubectl", sim, args, stdin).await
-}
-
-async fn kubectl_ok(sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> String {
-    let r = kubectl(sim, args, stdin).await;
-    assert!(r.ok, "kubectl {args:?} failed: {}", r.stderr);
-    r.stdout
-}
-
-fn job(name: &str, gpus_per_pod: u32, parallelism: u32) -> String {
-    format!(
-        r#"
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  labels: {{app: llama-finetune}}
-spec:
-  parallelism: {parallelism}
-  template:
-    metadata:
-      labels: {{app: llama-finetune}}
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: train
-        image: pytorch/pytorch:2.4.0
-        resources:
-          limits: {{nvidia.com/gpu: "{gpus_per_pod}"}}
-"#
-    )
-}
-
-const POLICY: &str = r#"
-apiVersion: gpureaper.io/v1alpha1
-kind: GpuPolicy
-metadata: {name: research}
-spec:
-  admission:
-    largeClaimGpus: 8
-    mode: Enforce
-"#;
-
-const ATTESTATION: &str = r#"
-apiVersion: gpureaper.io/v1alpha1
-kind: ReadinessAttestation
-metadata: {name: llama-finetune, namespace: default}
-spec:
-  selector: {matchLabels: {app: llama-finetune}}
-  maxGpus: 64
-  expiresAt: "2030-01-01T00:00:00Z"
-  owner: {email: alice@example.com}
-  evidence: {datasetUri: "s3://bucket/llama/v3", dataThroughputGBps: 40, checkpointing: true}
-"#;
-
-/// Retries `kubectl create` until its outcome satisfies `done` (the webhook's caches
-/// follow the API server within milliseconds, not instantly).
-async fn create_until(sim: &KubeSim, manifest: &str, done: impl Fn(&Run) -> bool) -> Run {
-    let deadline = Instant::now() + SAFETY;
-    loop {
-        let dry = kubectl(
-            sim,
-            &["create", "--dry-run=server", "-f", "-"],
-            Some(manifest),
-        )
-        .await;
-        if done(&dry) {
-            return kubectl(sim, &["create", "-f", "-"], Some(manifest)).await;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never reached the expected outcome: {}",
-            dry.stderr
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() {
-    let sim = KubeSim::start().await.unwrap();
-    kubectl_ok(&sim, &["apply", "-f", CRDS], None).await;
-    kubectl_ok(&sim, &["apply", "-f", "-"], Some(POLICY)).await;
-    let pki = pki("a");
-    let webhook = Webhook::start(&sim, &pki).await;
-    kubectl_ok(
-        &sim,
-        &["create", "-f", "-"],
-        Some(&webhook.configuration(&pki)),
-    )
-    .await;
-
-    // A small job passes; a 16-GPU job without attestation is denied with our sentence.
-    kubectl_ok(&sim, &["create", "-f", "-"], Some(&job("small", 4, 2))).await;
-    let denied = create_until(&sim, &job("train", 8, 2), |r| !r.ok).await;
-    assert!(!denied.ok);
-    assert!(
-        denied.stderr.contains(
-            "admission webhook \"budget-gate.gpureaper.io\" denied the request: Job default/train claims 16 GPUs, more than the 8 GpuPolicy \"research\" admits without a ReadinessAttestation, and no ReadinessAttestation in namespace default selects its labels; create one that does (see docs/budget-gate.md) and ask an approver to run `gpu-reaper attest approve default/<name>`."
-        ),
-        "{}",
-        denied.stderr
-    );
-    assert!(sim.get("batch", "jobs", "default", "train").is_none());
-
-    // The team writes an attestation: not approved yet.
-    kubectl_ok(&sim, &["apply", "-f", "-"], Some(ATTESTATION)).await;
-    let pending = create_until(&sim, &job("train", 8, 2), |r| {
-        r.stderr.contains("is not approved")
-    })
-    .await;
-    assert!(!pending.ok);
-    assert!(pending.stderr.contains("ReadinessAttestation default/llama-finetune is not approved; ask an approver to review it and run `gpu-reaper attest approve default/llama-finetune`."), "{}", pending.stderr);
-
-    // An approver approves it; the same create succeeds.
-    let approve = run(
-        BIN,
-        &sim,
-        &["attest", "approve", "default/llama-finetune"],
-        None,
-    )
-    .await;
-    assert!(approve.ok, "{}", approve.stderr);
-    assert_eq!(
-        approve.stdout.trim(),
-        "readinessattestation default/llama-finetune approved by kube-sim for generation 1"
-    );
-    let stored = sim
-        .get(
-            "gpureaper.io",
-            "readinessattestations",
-            "default",
-            "llama-finetune",
-        )
-        .unwrap();
-    assert_eq!(stored["status"]["approvedGeneration"], 1);
-    assert_eq!(stored["status"]["approvedBy"], "kube-sim");
-    let admitted = create_until(&sim, &job("train", 8, 2), |r| r.ok).await;
-    assert!(admitted.ok, "{}", admitted.stderr);
-    assert!(sim.get("batch", "jobs", "default", "train").is_some());
-
-    // Editing the spec voids the approval.
-    kubectl_ok(
-        &sim,
-        &[
-            "patch",
-            "readinessattestation",
-            "llama-finetune",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"maxGpus":128}}"#,
-        ],
-        None,
-    )
-    .await;
-    let voided = create_until(&sim, &job("train-2", 8, 2), |r| {
-        r.stderr.contains("has changed since")
-    })
-    .await;
-    assert!(!voided.ok);
-    assert!(
-        voided.stderr.contains("ReadinessAttestation default/llama-finetune was approved for generation 1 but its spec has changed since (generation 2)"),
-        "{}",
-        voided.stderr
-    );
-
-    // Re-approval covers the new spec; revoking withdraws it.
-    let again = run(
-        BIN,
-        &sim,
-        &[
-            "attest",
-            "approve",
-            "default/llama-finetune",
-            "--approver",
-            "lead",
-        ],
-        None,
-    )
-    .await;
-    assert!(
-        again.stdout.contains("approved by lead for generation 2"),
-        "{}",
-        again.stderr
-    );
-    assert!(create_until(&sim, &job("train-2", 8, 2), |r| r.ok).await.ok);
-    let revoke = run(
-        BIN,
-        &sim,
-        &["attest", "revoke", "default/llama-finetune"],
-        None,
-    )
-    .await;
-    assert!(revoke.ok, "{}", revoke.stderr);
-    assert!(
-        !create_until(&sim, &job("train-3", 8, 2), |r| !r.ok)
-            .await
-            .ok
-    );
-
-    // A team cannot approve by writing status itself with a stale generation.
-    let forged = kubectl(
-        &sim,
-        &["patch", "readinessattestation", "llama-finetune", "--subresource", "status", "--type", "merge", "-p",
-          r#"{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Self","message":"me","lastTransitionTime":"2026-11-01T00:00:00Z"}],"approvedBy":"me","approvedGeneration":1}}"#],
-        None,
-    )
-    .await;
-    assert!(!forged.ok);
-    assert!(
-        forged
-            .stderr
-            .contains("status.approvedGeneration 1 must equal metadata.generation 2"),
-        "{}",
-        forged.stderr
-    );
-
-    // Warn mode admits with a kubectl warning.
-    kubectl_ok(
-        &sim,
-        &[
-            "patch",
-            "gpupolicy",
-            "research",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"admission":{"mode":"Warn"}}}"#,
-        ],
-        None,
-    )
-    .await;
-    let warned = create_until(&sim, &job("train-4", 8, 2), |r| r.ok).await;
-    assert!(warned.ok, "{}", warned.stderr);
-    assert!(
-        warned.stderr.contains("Warning: Job default/train-4 claims 16 GPUs, more than the 8 GpuPolicy \"research\" admits without a ReadinessAttestation, and ReadinessAttestation default/llama-finetune is not approved"),
-        "{}",
-        warned.stderr
-    );
-
-    // Every decision was counted.
-    let metrics = plain_get_body(webhook.probe_port, "/metrics").await;
-    assert!(
-        metrics.contains(
-            "gpu_reaper_admission_decisions_total{verdict=\"deny\",reason=\"no_attestation\"}"
-        ),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(
-            "gpu_reaper_admission_decisions_total{verdict=\"allow\",reason=\"attested\"}"
-        ),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(
-            "gpu_reaper_admission_decisions_total{verdict=\"warn\",reason=\"not_approved\"}"
-        ),
-        "{metrics}"
-    );
-    assert!(
-        metrics
-            .contains("gpu_reaper_admission_cached_objects{resource=\"readinessattestations\"} 1"),
-        "{metrics}"
-    );
-    drop(webhook);
 }
 
 /// One HTTPS `GET /healthz` on a new connection; the leaf certificate the server showed.
@@ -537,10 +550,10 @@ fn replace(path: &Path, contents: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_certificate_is_served_to_new_connections_and_no_request_fails() {
-    let sim = KubeSim::start().await.unwrap();
-    kubectl_ok(&sim, &["apply", "-f", CRDS], None).await;
-    let (old, new) = (pki("old"), pki("new"));
-    let webhook = Webhook::start(&sim, &old).await;
+    let cluster = cluster();
+    cluster.install_crds();
+    let (old, new) = (test_pki("old"), test_pki("new"));
+    let webhook = Webhook::start(cluster, &old).await;
     let connector = connector(&[&old.ca_pem, &new.ca_pem]);
     assert_eq!(
         tls_get(webhook.port, &connector).await.unwrap(),
@@ -615,63 +628,4 @@ async fn a_rotated_certificate_is_served_to_new_connections_and_no_request_fails
 
 fn connector_new_only(new: &TestPki) -> tokio_rustls::TlsConnector {
     connector(&[&new.ca_pem])
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpus_claimed_through_a_dra_claim_template_are_counted_from_the_webhook_cache() {
-    let sim = KubeSim::start().await.unwrap();
-    kubectl_ok(&sim, &["apply", "-f", CRDS], None).await;
-    kubectl_ok(&sim, &["apply", "-f", "-"], Some(POLICY)).await;
-    let template = r#"
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: four-gpus, namespace: default}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpus
-        exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 4}
-"#;
-    kubectl_ok(&sim, &["apply", "-f", "-"], Some(template)).await;
-    let pki = pki("dra");
-    let webhook = Webhook::start(&sim, &pki).await;
-    kubectl_ok(
-        &sim,
-        &["create", "-f", "-"],
-        Some(&webhook.configuration(&pki)),
-    )
-    .await;
-    // 4 pods, each with a claim made from the template: 16 GPUs, none in resources.limits.
-    let job = r#"
-apiVersion: batch/v1
-kind: Job
-metadata: {name: dra-train, labels: {app: llama-finetune}}
-spec:
-  parallelism: 4
-  template:
-    spec:
-      restartPolicy: Never
-      resourceClaims:
-      - {name: gpus, resourceClaimTemplateName: four-gpus}
-      containers:
-      - name: train
-        image: pytorch/pytorch:2.4.0
-        resources:
-          claims: [{name: gpus}]
-"#;
-    let denied = create_until(&sim, job, |r| !r.ok).await;
-    assert!(
-        denied
-            .stderr
-            .contains("denied the request: Job default/dra-train claims 16 GPUs, more than the 8"),
-        "{}",
-        denied.stderr
-    );
-    let metrics = plain_get_body(webhook.probe_port, "/metrics").await;
-    assert!(
-        metrics
-            .contains("gpu_reaper_admission_cached_objects{resource=\"resourceclaimtemplates\"} 1"),
-        "{metrics}"
-    );
 }

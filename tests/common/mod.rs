@@ -189,3 +189,4 @@ impl Dcgm {
         text.into_bytes()
     }
 }
+pub mod chart;
