@@ -1,14 +1,28 @@
-//! The controller's actions against kube-sim (a real HTTP API server with `/scale`,
-//! `/eviction` and PodDisruptionBudgets), and `gpu-reaper wake` restoring them.
+//! The controller's actions on the real control plane (scripts/testenv: etcd,
+//! kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes, and the Kueue
+//! controller for the Kueue-aware suspend), and `gpu-reaper wake` restoring them. Each test
+//! works in a namespace of its own; what gpu-reaper writes is then carried out by the real
+//! controllers: the Deployment controller removes a scaled-down Deployment's pods and
+//! brings them back, the Job controller deletes a suspended Job's pods, the disruption
+//! controller computes the PodDisruptionBudget an eviction is checked against, and Kueue
+//! evicts a deactivated Workload's Job. The third-party kinds (Kubeflow, KServe, KubeRay,
+//! unknown CRDs) are served by minimal CRDs the real API server validates.
 
+mod common;
+
+use std::collections::BTreeSet;
 use std::process::Stdio;
+use std::sync::Mutex;
 
+use common::cluster::{Cluster, PATIENCE, cluster, wait_until};
+use futures::{StreamExt, TryStreamExt};
 use gpu_reaper::admission::count::GpuResources;
 use gpu_reaper::api::policy::ActionType;
 use gpu_reaper::cluster::actions::{self, Outcome, RestoreRecord, WorkerGroupRecord};
 use gpu_reaper::cluster::inventory::{ObjectInfo, PodInfo, pod_info};
 use jiff::Timestamp;
-use kube_sim::KubeSim;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
@@ -17,19 +31,102 @@ fn now() -> Timestamp {
     "2026-11-29T12:00:00Z".parse().unwrap()
 }
 
+/// A test's namespace on the shared cluster; deleted (with its pods, which hold GPUs) when
+/// the test ends.
+struct Ns {
+    cluster: &'static Cluster,
+    name: String,
+}
+
+impl Ns {
+    fn new(test: &str) -> Self {
+        let cluster = cluster();
+        Ns {
+            cluster,
+            name: cluster.namespace(&format!("act-{test}"), &[]),
+        }
+    }
+
+    /// Creates `object` in this namespace (`kubectl create`, so no last-applied
+    /// annotation); what the server stored.
+    fn create(&self, mut object: Value) -> Value {
+        object["metadata"]["namespace"] = json!(self.name);
+        let out = self.cluster.kubectl(
+            &["create", "-o", "json", "-f", "-"],
+            Some(&object.to_string()),
+        );
+        serde_json::from_str(&out).unwrap()
+    }
+
+    /// The stored object `resource`/`name` (kubectl's resource.group), which must exist.
+    fn get(&self, resource: &str, name: &str) -> Value {
+        self.try_get(resource, name)
+            .unwrap_or_else(|| panic!("{resource} {}/{name} does not exist", self.name))
+    }
+
+    fn try_get(&self, resource: &str, name: &str) -> Option<Value> {
+        self.cluster.get(resource, Some(&self.name), name)
+    }
+
+    /// Writes `status` through the status subresource (what the kind's controller would
+    /// report; the server drops a status given at create).
+    fn set_status(&self, resource: &str, name: &str, status: Value) {
+        self.cluster.kubectl(
+            &[
+                "patch",
+                resource,
+                name,
+                "-n",
+                &self.name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &json!({ "status": status }).to_string(),
+            ],
+            None,
+        );
+    }
+
+    /// The pods of this namespace with `selector`, terminating ones included.
+    fn pods(&self, selector: &str) -> Vec<Value> {
+        self.cluster.list("pods", &self.name, Some(selector))
+    }
+
+    /// Waits until no pod with `selector` is left (the controller deleted them and the
+    /// kwok node let them go).
+    fn wait_no_pods(&self, selector: &str, who: &str) {
+        wait_until(
+            &format!("{who} to remove the pods {selector} of {}", self.name),
+            || self.pods(selector).is_empty(),
+        );
+    }
+
+    fn running(&self, selector: &str, count: usize) -> Vec<Value> {
+        self.cluster.running_pods(&self.name, selector, count)
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = self
+            .cluster
+            .try_kubectl(&["delete", "namespace", &self.name, "--wait=false"], None);
+    }
+}
+
+async fn client() -> kube::Client {
+    cluster().client().await
+}
+
 fn deployment(name: &str, replicas: i32, annotations: Value) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}},
                               "spec": {"containers": [{"name": "c", "image": "vllm/vllm-openai:v0.6.0",
                                                        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
     })
-}
-
-fn stored(sim: &KubeSim, group: &str, plural: &str, name: &str) -> Value {
-    sim.get(group, plural, "ml", name).unwrap()
 }
 
 fn info(v: &Value) -> ObjectInfo {
@@ -40,30 +137,112 @@ fn restore_of(v: &Value) -> RestoreRecord {
     serde_json::from_str(
         v["metadata"]["annotations"]["gpureaper.io/restore"]
             .as_str()
-            .unwrap(),
+            .unwrap_or_else(|| panic!("no restore record: {v}")),
     )
     .unwrap()
 }
 
+fn annotations_of(v: &Value) -> serde_json::Map<String, Value> {
+    v["metadata"]["annotations"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A fixture manifest's text, from `../shared/fixtures/manifests` (read there, never
+/// copied into the repository).
+fn fixture(file: &str) -> String {
+    let path = format!(
+        "{}/../shared/fixtures/manifests/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("fixture {path} is needed (the shared fixtures next to the repository): {e}")
+    })
+}
+
+/// The first document of a fixture manifest, its namespace left for [`Ns::create`].
+fn manifest(file: &str) -> Value {
+    use serde::Deserialize;
+    let text = fixture(file);
+    let mut object = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .find(|doc| !doc.is_null())
+        .unwrap_or_else(|| panic!("{file} has no document"));
+    object["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    object
+}
+
+/// A CRD for `kind` whose schema keeps whatever it is given (as the project's CRD would,
+/// for the fields these tests touch), with `subresources` (`status`, and `scale` where
+/// the real CRD has it).
+fn crd(group: &str, version: &str, kind: &str, plural: &str, subresources: Value) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                 "versions": [{"name": version, "served": true, "storage": true,
+                               "subresources": subresources,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// Installs `crd` once per test binary (server-side, so other binaries re-applying it are
+/// harmless) and waits until it is established.
+fn install(crd: Value) {
+    static DONE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if done.contains(&name) {
+        return;
+    }
+    let cluster = cluster();
+    cluster.kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&crd.to_string()),
+    );
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{name}"),
+            "--timeout=60s",
+        ],
+        None,
+    );
+    done.insert(name);
+}
+
+fn status() -> Value {
+    json!({"status": {}})
+}
+
 #[tokio::test]
 async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(deployment(
+    let ns = Ns::new("scale");
+    let client = client().await;
+    ns.create(deployment(
         "chat",
         3,
         json!({"gpureaper.io/warned-at": "2026-11-29T11:00:00Z"}),
-    ))
-    .unwrap();
-    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    ));
+    ns.running("app=chat", 3);
+    let root = info(&ns.get("deployments.apps", "chat"));
     let outcome = actions::act(&client, ActionType::ScaleToZero, &root, &[], now())
         .await
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled ml/Deployment/chat from 3 replicas to 0".into())
+        Outcome::Done(format!(
+            "scaled {}/Deployment/chat from 3 replicas to 0",
+            ns.name
+        ))
     );
-    let after = stored(&sim, "apps", "deployments", "chat");
+    let after = ns.get("deployments.apps", "chat");
     assert_eq!(after["spec"]["replicas"], 0);
     assert_eq!(
         restore_of(&after),
@@ -81,6 +260,8 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
         after["metadata"]["annotations"]["gpureaper.io/reaped-at"],
         "2026-11-29T12:00:00Z"
     );
+    // The Deployment controller (through its ReplicaSet) removes the pods: the GPUs free.
+    ns.wait_no_pods("app=chat", "the Deployment controller");
 
     // Acting again changes nothing and keeps the record.
     let again = actions::act(&client, ActionType::ScaleToZero, &info(&after), &[], now())
@@ -88,14 +269,14 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
         .unwrap();
     assert!(matches!(again, Outcome::AlreadyDone(_)), "{again:?}");
     assert_eq!(
-        restore_of(&stored(&sim, "apps", "deployments", "chat")).replicas,
+        restore_of(&ns.get("deployments.apps", "chat")).replicas,
         Some(3)
     );
 
     // `gpu-reaper wake` with kubectl's kubeconfig.
     let out = tokio::process::Command::new(BIN)
-        .args(["wake", "ml/Deployment/chat"])
-        .env("KUBECONFIG", sim.kubeconfig_path())
+        .args(["wake", &format!("{}/Deployment/chat", ns.name)])
+        .env("KUBECONFIG", &ns.cluster.kubeconfig)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()
@@ -108,9 +289,9 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "scaled ml/Deployment/chat back to 3 replicas"
+        format!("scaled {}/Deployment/chat back to 3 replicas", ns.name)
     );
-    let woken = stored(&sim, "apps", "deployments", "chat");
+    let woken = ns.get("deployments.apps", "chat");
     assert_eq!(woken["spec"]["replicas"], 3);
     let annotations = woken["metadata"]["annotations"].as_object().unwrap();
     for gone in [
@@ -125,27 +306,33 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
         );
     }
     assert!(annotations.contains_key("gpureaper.io/woken-at"));
+    // The pods are back, scheduled on the GPU nodes and running.
+    ns.running("app=chat", 3);
 }
 
 #[tokio::test]
 async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_without_losing_it() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
+    let ns = Ns::new("killed");
+    let client = client().await;
     // What a run killed right after its first write leaves: the record says pending, the
     // replicas are still up.
     let pending = json!({"gpureaper.io/restore": "{\"replicas\":4,\"state\":\"pending\"}",
                          "gpureaper.io/reaped-at": "2026-11-29T11:59:00Z",
                          "gpureaper.io/reaped-action": "ScaleToZero"});
-    sim.seed(deployment("chat", 4, pending)).unwrap();
-    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    ns.create(deployment("chat", 4, pending));
+    ns.running("app=chat", 4);
+    let root = info(&ns.get("deployments.apps", "chat"));
     let outcome = actions::act(&client, ActionType::ScaleToZero, &root, &[], now())
         .await
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled ml/Deployment/chat from 4 replicas to 0".into())
+        Outcome::Done(format!(
+            "scaled {}/Deployment/chat from 4 replicas to 0",
+            ns.name
+        ))
     );
-    let after = stored(&sim, "apps", "deployments", "chat");
+    let after = ns.get("deployments.apps", "chat");
     assert_eq!(after["spec"]["replicas"], 0);
     assert_eq!(
         restore_of(&after),
@@ -160,6 +347,7 @@ async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_w
         after["metadata"]["annotations"]["gpureaper.io/reaped-at"],
         "2026-11-29T11:59:00Z"
     );
+    ns.wait_no_pods("app=chat", "the Deployment controller");
 }
 
 /// Request-driven inference under `action.inference.minReplicas`: scaled down to the
@@ -167,18 +355,22 @@ async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_w
 /// at the same minimum, and wake puts the full count back.
 #[tokio::test]
 async fn request_driven_inference_is_scaled_to_its_minimum_and_wake_restores_every_replica() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(deployment("chat", 4, json!({}))).unwrap();
-    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    let ns = Ns::new("minimum");
+    let client = client().await;
+    ns.create(deployment("chat", 4, json!({})));
+    ns.running("app=chat", 4);
+    let root = info(&ns.get("deployments.apps", "chat"));
     let outcome = actions::scale_to_minimum(&client, &root, 1, now())
         .await
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled ml/Deployment/chat from 4 replicas to 1".into())
+        Outcome::Done(format!(
+            "scaled {}/Deployment/chat from 4 replicas to 1",
+            ns.name
+        ))
     );
-    let after = stored(&sim, "apps", "deployments", "chat");
+    let after = ns.get("deployments.apps", "chat");
     assert_eq!(after["spec"]["replicas"], 1);
     assert_eq!(
         restore_of(&after),
@@ -189,45 +381,53 @@ async fn request_driven_inference_is_scaled_to_its_minimum_and_wake_restores_eve
             ..RestoreRecord::default()
         }
     );
+    // The Deployment controller keeps exactly the one replica.
+    wait_until("one pod of chat left", || ns.pods("app=chat").len() == 1);
+    ns.running("app=chat", 1);
     // At the minimum already: nothing more to do.
     let again = actions::scale_to_minimum(&client, &info(&after), 1, now())
         .await
         .unwrap();
     assert_eq!(
         again,
-        Outcome::AlreadyDone("ml/Deployment/chat already has 1 replicas".into())
+        Outcome::AlreadyDone(format!(
+            "{}/Deployment/chat already has 1 replicas",
+            ns.name
+        ))
     );
     let woken = actions::wake(&client, &info(&after), now()).await.unwrap();
     assert_eq!(
         woken,
-        Outcome::Done("scaled ml/Deployment/chat back to 4 replicas".into())
+        Outcome::Done(format!(
+            "scaled {}/Deployment/chat back to 4 replicas",
+            ns.name
+        ))
     );
-    assert_eq!(
-        stored(&sim, "apps", "deployments", "chat")["spec"]["replicas"],
-        4
-    );
+    assert_eq!(ns.get("deployments.apps", "chat")["spec"]["replicas"], 4);
+    ns.running("app=chat", 4);
 
     // A run killed after its restore record: the next finishes at the recorded minimum,
     // whichever way it is called (the controller's housekeeping calls scale_to_zero).
     let pending =
         json!({"gpureaper.io/restore": "{\"replicas\":3,\"kept\":2,\"state\":\"pending\"}"});
-    sim.seed(deployment("embed", 3, pending)).unwrap();
-    let root = info(&stored(&sim, "apps", "deployments", "embed"));
+    ns.create(deployment("embed", 3, pending));
+    let root = info(&ns.get("deployments.apps", "embed"));
     let outcome = actions::scale_to_zero(&client, &root, now()).await.unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled ml/Deployment/embed from 3 replicas to 2".into())
+        Outcome::Done(format!(
+            "scaled {}/Deployment/embed from 3 replicas to 2",
+            ns.name
+        ))
     );
-    assert_eq!(
-        stored(&sim, "apps", "deployments", "embed")["spec"]["replicas"],
-        2
-    );
+    assert_eq!(ns.get("deployments.apps", "embed")["spec"]["replicas"], 2);
+    ns.running("app=embed", 2);
 
     // A kind with its own way to stop cannot keep replicas: said, not zeroed.
     let notebook = ObjectInfo {
         api_version: "kubeflow.org/v1".into(),
         kind: "Notebook".into(),
-        ..info(&stored(&sim, "apps", "deployments", "embed"))
+        ..info(&ns.get("deployments.apps", "embed"))
     };
     let outcome = actions::scale_to_minimum(&client, &notebook, 1, now())
         .await
@@ -238,87 +438,160 @@ async fn request_driven_inference_is_scaled_to_its_minimum_and_wake_restores_eve
     );
 }
 
+/// The first change to the Job after `rv` that touches its suspend flag or its restore
+/// record (the Job controller's status writes in between are skipped).
+async fn first_reclaim_write(jobs: &Api<Job>, name: &str, rv: &str) -> Job {
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut events = jobs.watch(&params, rv).await.unwrap().boxed();
+    let next = async {
+        while let Some(event) = events.try_next().await.unwrap() {
+            match event {
+                WatchEvent::Modified(job) => {
+                    let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+                    let recorded = job
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("gpureaper.io/restore"));
+                    if suspended || recorded {
+                        return job;
+                    }
+                }
+                WatchEvent::Bookmark(_) => {}
+                other => panic!("watching Job {name}: {other:?}"),
+            }
+        }
+        panic!("the watch of Job {name} ended")
+    };
+    tokio::time::timeout(PATIENCE, next)
+        .await
+        .expect("the suspend shows in the watch")
+}
+
 #[tokio::test]
 async fn a_job_is_suspended_in_the_same_write_as_its_restore_record_and_resumed_by_wake() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(json!({
+    let ns = Ns::new("suspend");
+    let client = client().await;
+    ns.create(json!({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "train", "namespace": "ml"},
+        "metadata": {"name": "train"},
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
                  "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
-    }))
-    .unwrap();
-    let root = info(&stored(&sim, "batch", "jobs", "train"));
-    let rv = stored(&sim, "batch", "jobs", "train")["metadata"]["resourceVersion"].clone();
+    }));
+    ns.running("job-name=train", 1);
+    let before = ns.get("jobs.batch", "train");
+    let root = info(&before);
+    let rv = before["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
         .await
         .unwrap();
-    assert_eq!(outcome, Outcome::Done("suspended ml/Job/train".into()));
-    let after = stored(&sim, "batch", "jobs", "train");
+    assert_eq!(
+        outcome,
+        Outcome::Done(format!("suspended {}/Job/train", ns.name))
+    );
+    // One write: the first change after the one read carries both the flag and the record
+    // (the Job controller's own status writes are all there is besides).
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let first = first_reclaim_write(&jobs, "train", &rv).await;
+    assert_eq!(first.spec.as_ref().unwrap().suspend, Some(true));
+    assert!(
+        first
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("gpureaper.io/restore")),
+        "suspended without the restore record: {:?}",
+        first.metadata.annotations
+    );
+    let after = ns.get("jobs.batch", "train");
     assert_eq!(after["spec"]["suspend"], true);
     assert_eq!(restore_of(&after).suspend, Some(false));
-    // One write: the resourceVersion moved once.
-    let before: u64 = rv.as_str().unwrap().parse().unwrap();
-    let now_rv: u64 = after["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(sim.resource_version(), now_rv);
-    assert!(now_rv > before);
+    // The Job controller deletes the suspended Job's pod and says so.
+    ns.wait_no_pods("job-name=train", "the Job controller");
+    wait_until("the Job's Suspended condition", || {
+        common::kueue::condition(&ns.get("jobs.batch", "train"), "Suspended") == Some(true)
+    });
+
     let woken = actions::wake(&client, &info(&after), now()).await.unwrap();
-    assert_eq!(woken, Outcome::Done("resumed ml/Job/train".into()));
-    let resumed = stored(&sim, "batch", "jobs", "train");
+    assert_eq!(
+        woken,
+        Outcome::Done(format!("resumed {}/Job/train", ns.name))
+    );
+    let resumed = ns.get("jobs.batch", "train");
     assert_eq!(resumed["spec"]["suspend"], false);
     assert!(
         resumed["metadata"]["annotations"]
             .get("gpureaper.io/restore")
             .is_none()
     );
+    // The Job controller starts its pod again.
+    ns.running("job-name=train", 1);
 }
 
 #[tokio::test]
 async fn suspend_on_a_deployment_is_refused_with_the_alternative() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(deployment("chat", 1, json!({}))).unwrap();
-    let root = info(&stored(&sim, "apps", "deployments", "chat"));
+    let ns = Ns::new("refused");
+    let client = client().await;
+    ns.create(deployment("chat", 1, json!({})));
+    let root = info(&ns.get("deployments.apps", "chat"));
     let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
         .await
         .unwrap();
-    assert_eq!(outcome, Outcome::Unsupported("ml/Deployment/chat: Suspend works on Job, JobSet, RayJob, RayCluster, RayService and Kubeflow training jobs; use ScaleToZero or Evict for a Deployment".into()));
     assert_eq!(
-        stored(&sim, "apps", "deployments", "chat")["spec"]["replicas"],
-        1
+        outcome,
+        Outcome::Unsupported(format!(
+            "{}/Deployment/chat: Suspend works on Job, JobSet, RayJob, RayCluster, RayService and Kubeflow training jobs; use ScaleToZero or Evict for a Deployment",
+            ns.name
+        ))
     );
+    assert_eq!(ns.get("deployments.apps", "chat")["spec"]["replicas"], 1);
+    ns.running("app=chat", 1);
 }
 
-fn pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "labels": {"app": "nb"}},
-        "spec": {"containers": [{"name": "c", "image": "jupyter", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-    })
+/// The PodDisruptionBudget's status once the disruption controller has computed it for
+/// its current spec.
+fn computed_budget(ns: &Ns, name: &str, allowed: i64) -> Value {
+    let mut pdb = Value::Null;
+    wait_until(
+        &format!("the disruption controller to allow {allowed} disruptions of {name}"),
+        || {
+            pdb = ns.get("poddisruptionbudgets.policy", name);
+            pdb["status"]["observedGeneration"] == pdb["metadata"]["generation"]
+                && pdb["status"]["disruptionsAllowed"] == allowed
+        },
+    );
+    pdb
 }
 
 #[tokio::test]
 async fn eviction_refused_by_a_disruption_budget_is_reported_and_succeeds_once_allowed() {
-    let sim = KubeSim::start().await.unwrap();
+    let ns = Ns::new("evict");
     // As the controller builds its client: no blanket retry of 429, so a PDB refusal
     // comes back at once and the next cycle retries.
-    let mut config = sim.config().await.unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&ns.cluster.kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
     config.default_retry = false;
     let client = kube::Client::try_from(config).unwrap();
-    sim.seed(pod("nb-0")).unwrap();
-    sim.seed(json!({
+    ns.create(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nb-0", "labels": {"app": "nb"}},
+        "spec": {"containers": [{"name": "c", "image": "jupyter", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }));
+    ns.create(json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "nb", "namespace": "ml"},
+        "metadata": {"name": "nb"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "nb"}}},
-    }))
-    .unwrap();
-    let stored_pod = stored(&sim, "", "pods", "nb-0");
+    }));
+    let stored_pod = ns.running("app=nb", 1).remove(0);
+    // The disruption controller sees the one healthy pod at minAvailable: none allowed.
+    let pdb = computed_budget(&ns, "nb", 0);
+    assert_eq!(pdb["status"]["currentHealthy"], 1);
+    assert_eq!(pdb["status"]["desiredHealthy"], 1);
     let root = info(&stored_pod);
     let pods: Vec<PodInfo> = vec![pod_info(&stored_pod, &GpuResources::default(), now()).unwrap()];
     let outcome = actions::act(&client, ActionType::Evict, &root, &pods, now())
@@ -328,70 +601,51 @@ async fn eviction_refused_by_a_disruption_budget_is_reported_and_succeeds_once_a
         panic!("{outcome:?}")
     };
     assert!(
-        text.starts_with(
-            "evicted 0 of 1 pods of ml/Pod/nb-0; a PodDisruptionBudget refused the rest"
-        ),
+        text.starts_with(&format!(
+            "evicted 0 of 1 pods of {}/Pod/nb-0; a PodDisruptionBudget refused the rest",
+            ns.name
+        )),
         "{text}"
     );
-    assert!(sim.get("", "pods", "ml", "nb-0").is_some(), "never forced");
-    // The budget is lifted: the next cycle's eviction goes through.
-    let pdb = sim
-        .get("policy", "poddisruptionbudgets", "ml", "nb")
-        .unwrap();
+    let still = ns.get("pods", "nb-0");
+    assert!(
+        still["metadata"]["deletionTimestamp"].is_null(),
+        "never forced"
+    );
+    // The budget is lifted: once the disruption controller allows it, the next cycle's
+    // eviction goes through.
     let mut relaxed = pdb.clone();
     relaxed["spec"]["minAvailable"] = json!(0);
-    kube::Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
-        client.clone(),
-        "ml",
-    )
-    .replace(
-        "nb",
-        &Default::default(),
-        &serde_json::from_value(relaxed).unwrap(),
-    )
-    .await
-    .unwrap();
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns.name)
+        .replace(
+            "nb",
+            &Default::default(),
+            &serde_json::from_value(relaxed).unwrap(),
+        )
+        .await
+        .unwrap();
+    computed_budget(&ns, "nb", 1);
     let outcome = actions::act(&client, ActionType::Evict, &root, &pods, now())
         .await
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("evicted 1 pods of ml/Pod/nb-0".into())
+        Outcome::Done(format!("evicted 1 pods of {}/Pod/nb-0", ns.name))
     );
-    assert!(sim.get("", "pods", "ml", "nb-0").is_none());
-}
-
-/// A CRD for `kind` that keeps whatever it is given (as a project's CRD would, for the
-/// fields these tests touch).
-fn crd(group: &str, version: &str, kind: &str, plural: &str) -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.{group}")},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-                 "versions": [{"name": version, "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    })
+    wait_until("the evicted pod to go", || {
+        ns.try_get("pods", "nb-0").is_none()
+    });
 }
 
 #[tokio::test]
 async fn a_notebook_is_stopped_with_its_controller_annotation_and_started_again_by_wake() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd("kubeflow.org", "v1", "Notebook", "notebooks"))
-        .unwrap();
-    // The real sample Notebook from the Kubeflow notebook controller, in namespace ml.
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/manifests/kubeflow-v1.10.0__notebook-controller_samples__v1_notebook.yaml"
-    ))
-    .unwrap();
-    let mut notebook: Value = serde_yaml::from_str(text.trim_start_matches("---\n")).unwrap();
-    notebook["metadata"]["namespace"] = json!("ml");
-    sim.seed(notebook).unwrap();
-    let stored_nb = sim
-        .get("kubeflow.org", "notebooks", "ml", "notebook-sample-v1")
-        .unwrap();
+    install(crd("kubeflow.org", "v1", "Notebook", "notebooks", status()));
+    let ns = Ns::new("notebook");
+    let client = client().await;
+    // The real sample Notebook from the Kubeflow notebook controller.
+    let stored_nb = ns.create(manifest(
+        "kubeflow-v1.10.0__notebook-controller_samples__v1_notebook.yaml",
+    ));
     let outcome = actions::act(
         &client,
         ActionType::ScaleToZero,
@@ -403,11 +657,12 @@ async fn a_notebook_is_stopped_with_its_controller_annotation_and_started_again_
     .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("stopped ml/Notebook/notebook-sample-v1 (kubeflow-resource-stopped)".into())
+        Outcome::Done(format!(
+            "stopped {}/Notebook/notebook-sample-v1 (kubeflow-resource-stopped)",
+            ns.name
+        ))
     );
-    let stopped = sim
-        .get("kubeflow.org", "notebooks", "ml", "notebook-sample-v1")
-        .unwrap();
+    let stopped = ns.get("notebooks.kubeflow.org", "notebook-sample-v1");
     assert_eq!(
         stopped["metadata"]["annotations"]["kubeflow-resource-stopped"],
         "2026-11-29T12:00:00Z"
@@ -421,14 +676,12 @@ async fn a_notebook_is_stopped_with_its_controller_annotation_and_started_again_
         .unwrap();
     assert_eq!(
         woken,
-        Outcome::Done(
-            "started ml/Notebook/notebook-sample-v1 again (removed kubeflow-resource-stopped)"
-                .into()
-        )
+        Outcome::Done(format!(
+            "started {}/Notebook/notebook-sample-v1 again (removed kubeflow-resource-stopped)",
+            ns.name
+        ))
     );
-    let started = sim
-        .get("kubeflow.org", "notebooks", "ml", "notebook-sample-v1")
-        .unwrap();
+    let started = ns.get("notebooks.kubeflow.org", "notebook-sample-v1");
     assert!(
         started["metadata"]["annotations"]
             .get("kubeflow-resource-stopped")
@@ -437,31 +690,38 @@ async fn a_notebook_is_stopped_with_its_controller_annotation_and_started_again_
     );
 }
 
+/// The training operator's PyTorchJob CRD: status, and /scale over the Worker replicas.
+fn pytorchjob_crd() -> Value {
+    crd(
+        "kubeflow.org",
+        "v1",
+        "PyTorchJob",
+        "pytorchjobs",
+        json!({"status": {}, "scale": {
+            "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+            "labelSelectorPath": ".status.replicaStatuses.Worker.selector"}}),
+    )
+}
+
 #[tokio::test]
 async fn a_pytorchjob_is_suspended_through_its_run_policy() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"))
-        .unwrap();
+    install(pytorchjob_crd());
+    let ns = Ns::new("pytorch");
+    let client = client().await;
     // The real training-operator MNIST NCCL sample.
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/manifests/training-operator-release-1.9__pytorch_job_mnist_nccl.yaml"
-    ))
-    .unwrap();
-    let mut job: Value = serde_yaml::from_str(&text).unwrap();
-    job["metadata"]["namespace"] = json!("ml");
+    let job = ns.create(manifest(
+        "training-operator-release-1.9__pytorch_job_mnist_nccl.yaml",
+    ));
     let name = job["metadata"]["name"].as_str().unwrap().to_string();
-    sim.seed(job).unwrap();
-    let root = info(&sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap());
-    let outcome = actions::act(&client, ActionType::Suspend, &root, &[], now())
+    let outcome = actions::act(&client, ActionType::Suspend, &info(&job), &[], now())
         .await
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done(format!("suspended ml/PyTorchJob/{name}"))
+        Outcome::Done(format!("suspended {}/PyTorchJob/{name}", ns.name))
     );
-    let suspended = sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap();
+    let suspended = ns.get("pytorchjobs.kubeflow.org", &name);
     assert_eq!(
         suspended["spec"]["runPolicy"]["suspend"], true,
         "{suspended}"
@@ -473,139 +733,48 @@ async fn a_pytorchjob_is_suspended_through_its_run_policy() {
     actions::wake(&client, &info(&suspended), now())
         .await
         .unwrap();
-    let resumed = sim.get("kubeflow.org", "pytorchjobs", "ml", &name).unwrap();
+    let resumed = ns.get("pytorchjobs.kubeflow.org", &name);
     assert_eq!(resumed["spec"]["runPolicy"]["suspend"], false);
 }
 
-#[tokio::test]
-async fn a_kueue_managed_job_is_deactivated_through_its_workload_not_suspended() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd("kueue.x-k8s.io", "v1beta2", "Workload", "workloads"))
-        .unwrap();
-    sim.seed(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "sample-job", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "team-a-queue"}},
-        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
-                 "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
-    }))
-    .unwrap();
-    let job = sim.get("batch", "jobs", "team-a", "sample-job").unwrap();
-    // Not created by Kueue yet: refused, retried later.
-    let early = actions::act(&client, ActionType::Suspend, &info(&job), &[], now())
-        .await
-        .unwrap();
-    assert!(
-        matches!(early, Outcome::Refused(ref s) if s.contains("Kueue has not created its Workload yet")),
-        "{early:?}"
-    );
-    // The real Workload from Kueue's docs, owned by the Job as Kueue creates it.
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/manifests/kueue__docs_concepts_workload.extracted-Workload.yaml"
-    ))
-    .unwrap();
-    let mut workload: Value = serde_yaml::from_str(&text).unwrap();
-    workload["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "sample-job",
-        "uid": job["metadata"]["uid"], "controller": true}]);
-    sim.seed(workload).unwrap();
-    let outcome = actions::act(&client, ActionType::Suspend, &info(&job), &[], now())
-        .await
-        .unwrap();
-    assert_eq!(outcome, Outcome::Done("deactivated Kueue Workload team-a/sample-job of team-a/Job/sample-job; Kueue evicts it".into()));
-    let w = sim
-        .get("kueue.x-k8s.io", "workloads", "team-a", "sample-job")
-        .unwrap();
-    assert_eq!(w["spec"]["active"], false);
-    let job_after = sim.get("batch", "jobs", "team-a", "sample-job").unwrap();
-    assert!(
-        job_after["spec"].get("suspend").is_none_or(|s| s == false),
-        "gpu-reaper must not touch spec.suspend under Kueue"
-    );
-    assert_eq!(
-        restore_of(&job_after).kueue_workload.as_deref(),
-        Some("sample-job")
-    );
-    let woken = actions::wake(&client, &info(&job_after), now())
-        .await
-        .unwrap();
-    assert_eq!(
-        woken,
-        Outcome::Done(
-            "reactivated Kueue Workload team-a/sample-job of team-a/Job/sample-job".into()
-        )
-    );
-    assert_eq!(
-        sim.get("kueue.x-k8s.io", "workloads", "team-a", "sample-job")
-            .unwrap()["spec"]["active"],
-        true
-    );
-}
-
-/// The first document of a fixture manifest from `tests/fixtures/manifests`, placed in
-/// namespace `ml`.
-fn manifest(file: &str) -> Value {
-    use serde::Deserialize;
-    let path = format!(
-        "{}/tests/fixtures/manifests/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut object = serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).unwrap())
-        .find(|doc| !doc.is_null())
-        .unwrap();
-    object["metadata"]["namespace"] = json!("ml");
-    object
-}
-
-fn annotations_of(v: &Value) -> serde_json::Map<String, Value> {
-    v["metadata"]["annotations"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default()
+fn isvc_crd() -> Value {
+    crd(
+        "serving.kserve.io",
+        "v1beta1",
+        "InferenceService",
+        "inferenceservices",
+        status(),
+    )
 }
 
 #[tokio::test]
 async fn an_inference_service_is_stopped_with_the_kserve_stop_annotation_and_wake_puts_its_old_value_back()
  {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd(
-        "serving.kserve.io",
-        "v1beta1",
-        "InferenceService",
-        "inferenceservices",
-    ))
-    .unwrap();
+    install(isvc_crd());
+    let ns = Ns::new("isvc-stop");
+    let client = client().await;
     // The real KServe GPU sample, as a KServe that knows the stop annotation reports it
     // (a Stopped condition, False), and with the annotation set to "false" by its owner.
     let mut isvc = manifest("kserve__autoscaling_autoscale_gpu.yaml");
     isvc["metadata"]["annotations"]["serving.kserve.io/stop"] = json!("false");
-    isvc["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": "Stopped", "status": "False"}]});
-    sim.seed(isvc).unwrap();
-    let get = || {
-        sim.get(
-            "serving.kserve.io",
-            "inferenceservices",
-            "ml",
-            "flowers-sample-gpu",
-        )
-    };
-    let outcome = actions::act(
-        &client,
-        ActionType::ScaleToZero,
-        &info(&get().unwrap()),
-        &[],
-        now(),
-    )
-    .await
-    .unwrap();
+    ns.create(isvc);
+    ns.set_status(
+        "inferenceservices.serving.kserve.io",
+        "flowers-sample-gpu",
+        json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": "Stopped", "status": "False"}]}),
+    );
+    let get = || ns.get("inferenceservices.serving.kserve.io", "flowers-sample-gpu");
+    let outcome = actions::act(&client, ActionType::ScaleToZero, &info(&get()), &[], now())
+        .await
+        .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("stopped ml/InferenceService/flowers-sample-gpu (serving.kserve.io/stop: \"true\"); KServe removes its serving pods and keeps the service".into())
+        Outcome::Done(format!(
+            "stopped {}/InferenceService/flowers-sample-gpu (serving.kserve.io/stop: \"true\"); KServe removes its serving pods and keeps the service",
+            ns.name
+        ))
     );
-    let stopped = get().unwrap();
+    let stopped = get();
     let annotations = annotations_of(&stopped);
     assert_eq!(annotations["serving.kserve.io/stop"], "true");
     assert_eq!(
@@ -638,43 +807,42 @@ async fn an_inference_service_is_stopped_with_the_kserve_stop_annotation_and_wak
     .await
     .unwrap();
     assert!(matches!(again, Outcome::AlreadyDone(_)), "{again:?}");
-    assert_eq!(get().unwrap()["metadata"]["resourceVersion"], rv);
+    assert_eq!(get()["metadata"]["resourceVersion"], rv);
 
     let woken = actions::wake(&client, &info(&stopped), now())
         .await
         .unwrap();
     assert_eq!(
         woken,
-        Outcome::Done("started ml/InferenceService/flowers-sample-gpu again (serving.kserve.io/stop back to \"false\")".into())
+        Outcome::Done(format!(
+            "started {}/InferenceService/flowers-sample-gpu again (serving.kserve.io/stop back to \"false\")",
+            ns.name
+        ))
     );
-    let started = annotations_of(&get().unwrap());
+    let started = annotations_of(&get());
     assert_eq!(started["serving.kserve.io/stop"], "false");
     assert!(!started.contains_key("gpureaper.io/restore"));
 }
 
 #[tokio::test]
 async fn an_llm_inference_service_is_stopped_and_wake_removes_the_annotation_it_did_not_have() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd(
+    install(crd(
         "serving.kserve.io",
         "v1alpha2",
         "LLMInferenceService",
         "llminferenceservices",
-    ))
-    .unwrap();
-    sim.seed(manifest(
+        status(),
+    ));
+    let ns = Ns::new("llmisvc");
+    let client = client().await;
+    ns.create(manifest(
         "kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml",
-    ))
-    .unwrap();
+    ));
     let get = || {
-        sim.get(
-            "serving.kserve.io",
-            "llminferenceservices",
-            "ml",
+        ns.get(
+            "llminferenceservices.serving.kserve.io",
             "qwen2-7b-instruct-single",
         )
-        .unwrap()
     };
     let outcome = actions::act(&client, ActionType::ScaleToZero, &info(&get()), &[], now())
         .await
@@ -697,24 +865,17 @@ async fn an_llm_inference_service_is_stopped_and_wake_removes_the_annotation_it_
 #[tokio::test]
 async fn an_inference_service_of_a_kserve_without_stop_scales_its_predictor_to_zero_or_says_why_not()
  {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd(
-        "serving.kserve.io",
-        "v1beta1",
-        "InferenceService",
-        "inferenceservices",
-    ))
-    .unwrap();
+    install(isvc_crd());
+    let ns = Ns::new("isvc-old");
+    let client = client().await;
+    const ISVC: &str = "inferenceservices.serving.kserve.io";
     // Serverless (the old default), no Stopped condition: an older KServe.
     let mut serverless = manifest("kserve__autoscaling_autoscale_gpu.yaml");
     serverless["spec"]["predictor"]["minReplicas"] = json!(2);
-    serverless["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
-    sim.seed(serverless.clone()).unwrap();
-    let get = |name: &str| {
-        sim.get("serving.kserve.io", "inferenceservices", "ml", name)
-            .unwrap()
-    };
+    let ready = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    ns.create(serverless.clone());
+    ns.set_status(ISVC, "flowers-sample-gpu", ready.clone());
+    let get = |name: &str| ns.get(ISVC, name);
     let outcome = actions::act(
         &client,
         ActionType::ScaleToZero,
@@ -725,7 +886,7 @@ async fn an_inference_service_of_a_kserve_without_stop_scales_its_predictor_to_z
     .await
     .unwrap();
     assert!(
-        matches!(&outcome, Outcome::Done(s) if s.starts_with("set spec.predictor.minReplicas of ml/InferenceService/flowers-sample-gpu from 2 to 0")),
+        matches!(&outcome, Outcome::Done(s) if s.starts_with(&format!("set spec.predictor.minReplicas of {}/InferenceService/flowers-sample-gpu from 2 to 0", ns.name))),
         "{outcome:?}"
     );
     let scaled = get("flowers-sample-gpu");
@@ -751,7 +912,8 @@ async fn an_inference_service_of_a_kserve_without_stop_scales_its_predictor_to_z
         .as_object_mut()
         .unwrap()
         .remove("minReplicas");
-    sim.seed(unset).unwrap();
+    ns.create(unset);
+    ns.set_status(ISVC, "unset", ready.clone());
     actions::act(
         &client,
         ActionType::ScaleToZero,
@@ -777,7 +939,8 @@ async fn an_inference_service_of_a_kserve_without_stop_scales_its_predictor_to_z
     let mut raw = serverless;
     raw["metadata"]["name"] = json!("raw");
     raw["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] = json!("RawDeployment");
-    sim.seed(raw).unwrap();
+    ns.create(raw);
+    ns.set_status(ISVC, "raw", ready);
     let before = get("raw");
     let outcome = actions::act(&client, ActionType::ScaleToZero, &info(&before), &[], now())
         .await
@@ -792,39 +955,44 @@ async fn an_inference_service_of_a_kserve_without_stop_scales_its_predictor_to_z
     assert_eq!(get("raw"), before);
 }
 
-/// A RayService's active RayCluster as KubeRay creates it from `spec.rayClusterConfig`.
-fn ray_service_and_cluster(sim: &KubeSim) -> (Value, Value) {
-    sim.seed(crd("ray.io", "v1", "RayService", "rayservices"))
-        .unwrap();
-    sim.seed(crd("ray.io", "v1", "RayCluster", "rayclusters"))
-        .unwrap();
-    let mut service = manifest("kuberay__ray-service.llm-serve.yaml");
-    service["status"] = json!({"activeServiceStatus": {"rayClusterName": "ray-serve-llm-x7k2p"},
-                               "pendingServiceStatus": {}});
-    sim.seed(service.clone()).unwrap();
-    let service = sim
-        .get("ray.io", "rayservices", "ml", "ray-serve-llm")
-        .unwrap();
-    let cluster = json!({
+const RAY_SERVICES: &str = "rayservices.ray.io";
+const RAY_CLUSTERS: &str = "rayclusters.ray.io";
+
+fn install_ray() {
+    install(crd("ray.io", "v1", "RayService", "rayservices", status()));
+    install(crd("ray.io", "v1", "RayCluster", "rayclusters", status()));
+}
+
+/// A RayService's active RayCluster as KubeRay creates it from `spec.rayClusterConfig`,
+/// owned by the RayService (its real UID: the garbage collector deletes what an absent
+/// owner owned).
+fn ray_service_and_cluster(ns: &Ns) -> (Value, Value) {
+    install_ray();
+    ns.create(manifest("kuberay__ray-service.llm-serve.yaml"));
+    ns.set_status(
+        RAY_SERVICES,
+        "ray-serve-llm",
+        json!({"activeServiceStatus": {"rayClusterName": "ray-serve-llm-x7k2p"},
+               "pendingServiceStatus": {}}),
+    );
+    let service = ns.get(RAY_SERVICES, "ray-serve-llm");
+    ns.create(json!({
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": "ray-serve-llm-x7k2p", "namespace": "ml",
+        "metadata": {"name": "ray-serve-llm-x7k2p",
                      "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayService", "name": "ray-serve-llm",
                                           "uid": service["metadata"]["uid"], "controller": true}]},
         "spec": service["spec"]["rayClusterConfig"],
-    });
-    sim.seed(cluster).unwrap();
-    let cluster = sim
-        .get("ray.io", "rayclusters", "ml", "ray-serve-llm-x7k2p")
-        .unwrap();
+    }));
+    let cluster = ns.get(RAY_CLUSTERS, "ray-serve-llm-x7k2p");
     (service, cluster)
 }
 
 #[tokio::test]
 async fn a_ray_service_is_reclaimed_through_the_worker_groups_of_its_active_cluster_and_woken_back()
 {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    let (service, _) = ray_service_and_cluster(&sim);
+    let ns = Ns::new("ray");
+    let client = client().await;
+    let (service, _) = ray_service_and_cluster(&ns);
     let outcome = actions::act(
         &client,
         ActionType::ScaleToZero,
@@ -836,11 +1004,12 @@ async fn a_ray_service_is_reclaimed_through_the_worker_groups_of_its_active_clus
     .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled the worker groups of RayCluster ml/ray-serve-llm-x7k2p of ml/RayService/ray-serve-llm to 0 (were gpu-group 1); its head keeps running".into())
+        Outcome::Done(format!(
+            "scaled the worker groups of RayCluster {0}/ray-serve-llm-x7k2p of {0}/RayService/ray-serve-llm to 0 (were gpu-group 1); its head keeps running",
+            ns.name
+        ))
     );
-    let cluster = sim
-        .get("ray.io", "rayclusters", "ml", "ray-serve-llm-x7k2p")
-        .unwrap();
+    let cluster = ns.get(RAY_CLUSTERS, "ray-serve-llm-x7k2p");
     let group = &cluster["spec"]["workerGroupSpecs"][0];
     assert_eq!(
         (
@@ -854,9 +1023,7 @@ async fn a_ray_service_is_reclaimed_through_the_worker_groups_of_its_active_clus
         group["template"], service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"],
         "only the replica fields change"
     );
-    let after = sim
-        .get("ray.io", "rayservices", "ml", "ray-serve-llm")
-        .unwrap();
+    let after = ns.get(RAY_SERVICES, "ray-serve-llm");
     assert_eq!(
         after["spec"], service["spec"],
         "the RayService spec is not touched: KubeRay would not pass it on"
@@ -883,14 +1050,12 @@ async fn a_ray_service_is_reclaimed_through_the_worker_groups_of_its_active_clus
     let woken = actions::wake(&client, &info(&after), now()).await.unwrap();
     assert_eq!(
         woken,
-        Outcome::Done(
-            "scaled the worker groups of RayCluster ml/ray-serve-llm-x7k2p back (gpu-group 1)"
-                .into()
-        )
+        Outcome::Done(format!(
+            "scaled the worker groups of RayCluster {}/ray-serve-llm-x7k2p back (gpu-group 1)",
+            ns.name
+        ))
     );
-    let restored = sim
-        .get("ray.io", "rayclusters", "ml", "ray-serve-llm-x7k2p")
-        .unwrap();
+    let restored = ns.get(RAY_CLUSTERS, "ray-serve-llm-x7k2p");
     let group = &restored["spec"]["workerGroupSpecs"][0];
     assert_eq!(
         (
@@ -901,20 +1066,17 @@ async fn a_ray_service_is_reclaimed_through_the_worker_groups_of_its_active_clus
         (&json!(1), &json!(1), &json!(1))
     );
     assert!(
-        !annotations_of(
-            &sim.get("ray.io", "rayservices", "ml", "ray-serve-llm")
-                .unwrap()
-        )
-        .contains_key("gpureaper.io/restore")
+        !annotations_of(&ns.get(RAY_SERVICES, "ray-serve-llm"))
+            .contains_key("gpureaper.io/restore")
     );
 }
 
 #[tokio::test]
 async fn suspending_a_ray_service_scales_its_workers_and_an_interrupted_one_finishes_with_the_first_record()
  {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    let (service, _) = ray_service_and_cluster(&sim);
+    let ns = Ns::new("ray-suspend");
+    let client = client().await;
+    let (service, _) = ray_service_and_cluster(&ns);
     let outcome = actions::act(&client, ActionType::Suspend, &info(&service), &[], now())
         .await
         .unwrap();
@@ -922,9 +1084,7 @@ async fn suspending_a_ray_service_scales_its_workers_and_an_interrupted_one_fini
         matches!(&outcome, Outcome::Done(s) if s.starts_with("scaled the worker groups")),
         "{outcome:?}"
     );
-    let after = sim
-        .get("ray.io", "rayservices", "ml", "ray-serve-llm")
-        .unwrap();
+    let after = ns.get(RAY_SERVICES, "ray-serve-llm");
     assert_eq!(
         annotations_of(&after)["gpureaper.io/reaped-action"],
         "Suspend"
@@ -936,47 +1096,41 @@ async fn suspending_a_ray_service_scales_its_workers_and_an_interrupted_one_fini
     actions::wake(&client, &info(&after), now()).await.unwrap();
     let pending = json!({"rayCluster": "ray-serve-llm-x7k2p", "state": "pending",
         "workerGroups": [{"groupName": "gpu-group", "replicas": 1, "minReplicas": 1, "maxReplicas": 1}]});
-    let mut service = sim
-        .get("ray.io", "rayservices", "ml", "ray-serve-llm")
-        .unwrap();
+    let mut service = ns.get(RAY_SERVICES, "ray-serve-llm");
     service["metadata"]["annotations"]["gpureaper.io/restore"] = json!(pending.to_string());
     let outcome = actions::scale_to_zero(&client, &info(&service), now())
         .await
         .unwrap();
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
-    let cluster = sim
-        .get("ray.io", "rayclusters", "ml", "ray-serve-llm-x7k2p")
-        .unwrap();
+    let cluster = ns.get(RAY_CLUSTERS, "ray-serve-llm-x7k2p");
     assert_eq!(cluster["spec"]["workerGroupSpecs"][0]["replicas"], 0);
-    let record = restore_of(
-        &sim.get("ray.io", "rayservices", "ml", "ray-serve-llm")
-            .unwrap(),
-    );
+    let record = restore_of(&ns.get(RAY_SERVICES, "ray-serve-llm"));
     assert_eq!(record.state, "done");
     assert_eq!(record.worker_groups[0].replicas, Some(1));
 }
 
 #[tokio::test]
 async fn a_ray_service_without_an_active_cluster_or_mid_upgrade_is_left_for_a_later_cycle() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd("ray.io", "v1", "RayService", "rayservices"))
-        .unwrap();
-    sim.seed(crd("ray.io", "v1", "RayCluster", "rayclusters"))
-        .unwrap();
+    install_ray();
+    let ns = Ns::new("ray-later");
+    let client = client().await;
     let mut starting = manifest("kuberay__ray-service.llm-serve.yaml");
     starting["metadata"]["name"] = json!("starting");
-    sim.seed(starting).unwrap();
+    ns.create(starting);
     let mut upgrading = manifest("kuberay__ray-service.llm-serve.yaml");
     upgrading["metadata"]["name"] = json!("upgrading");
-    upgrading["status"] = json!({"activeServiceStatus": {"rayClusterName": "upgrading-a"},
-                                 "pendingServiceStatus": {"rayClusterName": "upgrading-b"}});
-    sim.seed(upgrading).unwrap();
+    ns.create(upgrading);
+    ns.set_status(
+        RAY_SERVICES,
+        "upgrading",
+        json!({"activeServiceStatus": {"rayClusterName": "upgrading-a"},
+               "pendingServiceStatus": {"rayClusterName": "upgrading-b"}}),
+    );
     for (name, expected) in [
         ("starting", "has no active RayCluster yet"),
         ("upgrading", "is moving to a new RayCluster (upgrading-b)"),
     ] {
-        let before = sim.get("ray.io", "rayservices", "ml", name).unwrap();
+        let before = ns.get(RAY_SERVICES, name);
         let outcome = actions::act(&client, ActionType::ScaleToZero, &info(&before), &[], now())
             .await
             .unwrap();
@@ -984,94 +1138,242 @@ async fn a_ray_service_without_an_active_cluster_or_mid_upgrade_is_left_for_a_la
             matches!(&outcome, Outcome::Refused(s) if s.contains(expected)),
             "{name}: {outcome:?}"
         );
-        assert_eq!(
-            sim.get("ray.io", "rayservices", "ml", name).unwrap(),
-            before,
-            "nothing written"
-        );
+        assert_eq!(ns.get(RAY_SERVICES, name), before, "nothing written");
     }
 }
 
 /// A CRD with a `/scale` subresource and a plural that is not the conventional one
 /// ("matrixes"): only discovery finds it.
 fn scalable_crd() -> Value {
-    let mut crd = crd("inference.example.com", "v1", "Matrix", "matrices");
-    crd["spec"]["versions"][0]["subresources"] = json!({"scale": {
-        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}});
-    crd
+    crd(
+        "inference.example.com",
+        "v1",
+        "Matrix",
+        "matrices",
+        json!({"status": {}, "scale": {
+            "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}),
+    )
 }
 
 #[tokio::test]
 async fn an_unknown_crd_with_a_scale_subresource_is_scaled_through_it_and_woken_back() {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(scalable_crd()).unwrap();
-    sim.seed(
+    install(scalable_crd());
+    let ns = Ns::new("matrix");
+    let client = client().await;
+    ns.create(
         json!({"apiVersion": "inference.example.com/v1", "kind": "Matrix",
-        "metadata": {"name": "mm", "namespace": "ml"}, "spec": {"replicas": 4}}),
-    )
-    .unwrap();
-    let get = || {
-        sim.get("inference.example.com", "matrices", "ml", "mm")
-            .unwrap()
-    };
+                     "metadata": {"name": "mm"}, "spec": {"replicas": 4}}),
+    );
+    let get = || ns.get("matrices.inference.example.com", "mm");
     let outcome = actions::act(&client, ActionType::ScaleToZero, &info(&get()), &[], now())
         .await
         .unwrap();
     assert_eq!(
         outcome,
-        Outcome::Done("scaled ml/Matrix/mm from 4 replicas to 0".into())
+        Outcome::Done(format!("scaled {}/Matrix/mm from 4 replicas to 0", ns.name))
     );
     assert_eq!(get()["spec"]["replicas"], 0);
     assert_eq!(restore_of(&get()).replicas, Some(4));
     let woken = actions::wake(&client, &info(&get()), now()).await.unwrap();
     assert_eq!(
         woken,
-        Outcome::Done("scaled ml/Matrix/mm back to 4 replicas".into())
+        Outcome::Done(format!("scaled {}/Matrix/mm back to 4 replicas", ns.name))
     );
     assert_eq!(get()["spec"]["replicas"], 4);
     assert!(!annotations_of(&get()).contains_key("gpureaper.io/restore"));
 }
 
+/// What a write would change: everything but the status and the server's bookkeeping
+/// of it (the Job controller keeps writing a Job's status).
+fn written(v: &Value) -> Value {
+    let mut v = v.clone();
+    v.as_object_mut().unwrap().remove("status");
+    let meta = v["metadata"].as_object_mut().unwrap();
+    meta.remove("resourceVersion");
+    meta.remove("managedFields");
+    v
+}
+
 #[tokio::test]
 async fn a_kind_without_a_scale_subresource_is_reported_as_unscalable_every_time_and_never_written()
 {
-    let sim = KubeSim::start().await.unwrap();
-    let client = sim.client().await.unwrap();
-    sim.seed(crd("trainer.example.com", "v1", "Trainer", "trainers"))
-        .unwrap();
-    sim.seed(
+    install(crd(
+        "trainer.example.com",
+        "v1",
+        "Trainer",
+        "trainers",
+        json!({}),
+    ));
+    let ns = Ns::new("unscalable");
+    let client = client().await;
+    ns.create(
         json!({"apiVersion": "trainer.example.com/v1", "kind": "Trainer",
-        "metadata": {"name": "t", "namespace": "ml"}, "spec": {"replicas": 2}}),
-    )
-    .unwrap();
-    sim.seed(json!({
+                     "metadata": {"name": "t"}, "spec": {"replicas": 2}}),
+    );
+    ns.create(json!({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "train", "namespace": "ml"},
+        "metadata": {"name": "train"},
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}},
-    }))
-    .unwrap();
-    let rv = sim.resource_version();
+    }));
+    let trainer_before = ns.get("trainers.trainer.example.com", "t");
+    let job_before = ns.get("jobs.batch", "train");
     for _ in 0..2 {
-        let trainer = info(
-            &sim.get("trainer.example.com", "trainers", "ml", "t")
-                .unwrap(),
-        );
+        let trainer = info(&ns.get("trainers.trainer.example.com", "t"));
         let outcome = actions::act(&client, ActionType::ScaleToZero, &trainer, &[], now())
             .await
             .unwrap();
         assert_eq!(
             outcome,
-            Outcome::Unsupported("ml/Trainer/t: cannot scale a Trainer (trainer.example.com/v1): it has no /scale subresource; use Evict for it".into())
+            Outcome::Unsupported(format!(
+                "{}/Trainer/t: cannot scale a Trainer (trainer.example.com/v1): it has no /scale subresource; use Evict for it",
+                ns.name
+            ))
         );
-        let job = info(&sim.get("batch", "jobs", "ml", "train").unwrap());
+        let job = info(&ns.get("jobs.batch", "train"));
         let outcome = actions::act(&client, ActionType::ScaleToZero, &job, &[], now())
             .await
             .unwrap();
         assert_eq!(
             outcome,
-            Outcome::Unsupported("ml/Job/train: cannot scale a Job (batch/v1): it has no /scale subresource; use Suspend for it".into())
+            Outcome::Unsupported(format!(
+                "{}/Job/train: cannot scale a Job (batch/v1): it has no /scale subresource; use Suspend for it",
+                ns.name
+            ))
         );
     }
-    assert_eq!(sim.resource_version(), rv, "nothing was written");
+    assert_eq!(
+        ns.get("trainers.trainer.example.com", "t"),
+        trainer_before,
+        "nothing was written to the Trainer"
+    );
+    assert_eq!(
+        written(&ns.get("jobs.batch", "train")),
+        written(&job_before),
+        "nothing was written to the Job"
+    );
+}
+
+/// The managers (field owners) that set `spec.suspend` of an object, from its
+/// managedFields.
+fn suspend_managers(v: &Value) -> Vec<String> {
+    v["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| !m["fieldsV1"]["f:spec"]["f:suspend"].is_null())
+        .map(|m| m["manager"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// What deletes the Kueue test's namespace and queues while Kueue still runs (its
+/// finalizers on Workloads and ClusterQueues need it).
+struct KueueGuard {
+    ns: Ns,
+    queues: String,
+}
+
+impl Drop for KueueGuard {
+    fn drop(&mut self) {
+        common::kueue::delete_queues(self.ns.cluster, &self.queues, &self.ns.name);
+    }
+}
+
+/// Kueue for real (the pinned sigs.k8s.io/kueue controller against the cluster): a Job in
+/// a LocalQueue with `nvidia.com/gpu` quota is admitted and runs; gpu-reaper's Suspend
+/// deactivates its Workload and Kueue — not gpu-reaper — suspends the Job, whose pods the
+/// Job controller then removes; wake reactivates the Workload and Kueue admits it again.
+#[tokio::test]
+async fn a_kueue_managed_job_is_deactivated_through_its_workload_not_suspended() {
+    let cluster = cluster();
+    let kueue = common::kueue::start(cluster);
+    let guard = KueueGuard {
+        ns: Ns::new("kueue"),
+        queues: format!("gpu-reaper-{}", common::cluster::unique()),
+    };
+    let ns = &guard.ns;
+    common::kueue::queues(cluster, kueue, &guard.queues, &ns.name, "team-a-queue", 2);
+    let client = client().await;
+    const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
+    // Created suspended, as Kueue's Job webhook would default it (its admission webhooks
+    // are not registered here): Kueue unsuspends it once admitted.
+    ns.create(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "sample-job", "labels": {"kueue.x-k8s.io/queue-name": "team-a-queue"}},
+        "spec": {"suspend": true,
+                 "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
+                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}},
+    }));
+    // Kueue creates the Workload, reserves the quota and starts the Job.
+    let mut workload = Value::Null;
+    kueue.wait_until("Kueue to admit the Job's Workload", || {
+        workload = ns
+            .cluster
+            .list(WORKLOADS, &ns.name, None)
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        common::kueue::condition(&workload, "Admitted") == Some(true)
+    });
+    let wl = workload["metadata"]["name"].as_str().unwrap().to_string();
+    let owner = &workload["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["name"], &owner["controller"]),
+        (&json!("Job"), &json!("sample-job"), &json!(true)),
+        "{workload}"
+    );
+    ns.running("job-name=sample-job", 1);
+    let job = ns.get("jobs.batch", "sample-job");
+    assert_eq!(job["spec"]["suspend"], false, "Kueue started it");
+
+    let outcome = actions::act(&client, ActionType::Suspend, &info(&job), &[], now())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Done(format!(
+            "deactivated Kueue Workload {0}/{wl} of {0}/Job/sample-job; Kueue evicts it",
+            ns.name
+        ))
+    );
+    assert_eq!(ns.get(WORKLOADS, &wl)["spec"]["active"], false);
+    // Kueue evicts the inactive Workload and suspends the Job; the Job controller
+    // removes its pod.
+    kueue.wait_until("Kueue to suspend the Job", || {
+        ns.get("jobs.batch", "sample-job")["spec"]["suspend"] == true
+    });
+    ns.wait_no_pods("job-name=sample-job", "the Job controller");
+    let job_after = ns.get("jobs.batch", "sample-job");
+    let managers = suspend_managers(&job_after);
+    assert!(
+        !managers.is_empty() && managers.iter().all(|m| m.starts_with("kueue")),
+        "spec.suspend is set by Kueue alone, never by gpu-reaper: {managers:?}"
+    );
+    assert_eq!(
+        restore_of(&job_after).kueue_workload.as_deref(),
+        Some(wl.as_str())
+    );
+    kueue.wait_until("the Workload's quota to be released", || {
+        common::kueue::condition(&ns.get(WORKLOADS, &wl), "QuotaReserved") != Some(true)
+    });
+
+    let woken = actions::wake(&client, &info(&job_after), now())
+        .await
+        .unwrap();
+    assert_eq!(
+        woken,
+        Outcome::Done(format!(
+            "reactivated Kueue Workload {0}/{wl} of {0}/Job/sample-job",
+            ns.name
+        ))
+    );
+    assert_eq!(ns.get(WORKLOADS, &wl)["spec"]["active"], true);
+    // Kueue admits it again and resumes the Job: its pod runs again.
+    kueue.wait_until("Kueue to admit the Workload again", || {
+        common::kueue::condition(&ns.get(WORKLOADS, &wl), "Admitted") == Some(true)
+    });
+    kueue.wait_until("Kueue to resume the Job", || {
+        ns.get("jobs.batch", "sample-job")["spec"]["suspend"] == false
+    });
+    ns.running("job-name=sample-job", 1);
+    drop(guard);
 }

@@ -190,3 +190,4 @@ impl Dcgm {
     }
 }
 pub mod chart;
+pub mod kueue;
