@@ -1,82 +1,100 @@
-//! The Helm chart with a real Helm engine (Helm v4's library, from the helm-sdkpy wheel,
-//! driven by tests/helm/helm.py) installing into kube-sim, kubectl as the client, and the
-//! real gpu-reaper binary running as the chart's ServiceAccounts — kube-sim enforces the
-//! chart's RBAC on them, so a call the code makes and the chart does not grant fails here.
+//! The Helm chart with the real helm (v4, built with the control plane by
+//! scripts/testenv) on the real control plane: `helm lint`, `helm template`,
+//! `helm install/upgrade/uninstall`, kubectl as the client, and the real gpu-reaper binary
+//! running as the chart's ServiceAccounts with tokens the API server issued — the real
+//! RBAC authorizer enforces the chart's roles, so a call the code makes and the chart does
+//! not grant fails here with a 403.
+//!
+//! The cluster is shared: every release has a unique name (the chart's cluster-scoped
+//! objects are named after it) and a namespace of its own; the sample policy and the
+//! budget gate are narrowed to the test's namespaces; the chart's pods are kept off the
+//! kwok nodes (`nodeSelector` matching no node), since a kwok "pod" serves nothing.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use common::{free_port, prometheus_with};
+use common::chart::{
+    BIN, CHART, Cleanup, Gate, b64, documents, find, helm, render, service_account_kubeconfig,
+    values_file,
+};
+use common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until};
+use common::{Dcgm, at, history_start, prometheus_with};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PodSpec, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube_sim::KubeSim;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/helm/gpu-reaper");
-const HELM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helm/helm.py");
-const NS: &str = "gpu-reaper";
+/// No node has this label: the chart's pods stay Pending (a Service without ready
+/// endpoints fails fast, and failurePolicy Ignore admits) instead of "running" on kwok.
+const NOWHERE: &str = "gpureaper.io/test-no-such-node";
 
-/// Runs tests/helm/helm.py; its JSON answer, or Helm's error message.
-async fn helm(args: &[&str]) -> Result<Value, String> {
-    let out = tokio::process::Command::new("python3")
-        .arg(HELM)
-        .args(args)
-        .output()
-        .await
-        .expect("python3 runs (.ci/run installs helm-sdkpy)");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(serde_json::from_slice(&out.stdout).expect("helm.py prints JSON"))
+/// The chart's defaults, with only what a shared cluster needs: the required Prometheus
+/// URL, a sample policy named after the release and governing `governs` only, and pods
+/// kept off the kwok nodes.
+fn defaults(release: &str, governs: &str) -> Value {
+    json!({
+        "prometheus": {"url": "http://prometheus-operated.monitoring.svc:9090"},
+        "samplePolicy": {"name": format!("{release}-audit"),
+                         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": governs}}},
+        "controller": {"nodeSelector": {NOWHERE: "true"}},
+        "webhook": {"nodeSelector": {NOWHERE: "true"}},
+    })
 }
 
-fn defaults() -> Value {
-    json!({"prometheus": {"url": "http://prometheus-operated.monitoring.svc:9090"}})
-}
-
-async fn install(sim: &KubeSim, release: &str, values: &Value) -> Result<Value, String> {
-    let kubeconfig = sim.kubeconfig_path().to_string_lossy().into_owned();
-    helm(&[
-        "install",
-        CHART,
-        "--kubeconfig",
-        &kubeconfig,
-        "--namespace",
-        NS,
-        "--release",
+/// `helm install RELEASE CHART -n NS -f values` (or `upgrade`); helm's output.
+fn helm_release(cluster: &Cluster, verb: &str, release: &str, ns: &str, values: &Value) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let file = values_file(dir.path(), release, values);
+    let mut args = vec![
+        verb,
         release,
-        "--values",
-        &values.to_string(),
-    ])
-    .await
+        CHART,
+        "--namespace",
+        ns,
+        "-f",
+        file.to_str().unwrap(),
+    ];
+    if verb == "upgrade" {
+        // Take back the webhook configuration's namespaceSelector from narrow_gate.
+        args.push("--force-conflicts");
+    }
+    helm(cluster, &args)
 }
 
-/// The YAML documents of a Helm manifest, as JSON values.
-fn documents(manifest: &str) -> Vec<Value> {
-    manifest
-        .split("\n---")
-        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
-        .filter(|v| v.is_object())
-        .collect()
+/// The objects of an installed release (`helm get manifest`).
+fn manifest(cluster: &Cluster, release: &str, ns: &str) -> (String, Vec<Value>) {
+    let run = helm(cluster, &["get", "manifest", release, "--namespace", ns]);
+    assert!(run.ok, "helm get manifest: {}", run.stderr);
+    let objects = documents(&run.stdout);
+    (run.stdout, objects)
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    objects
-        .iter()
-        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("the chart renders no {kind} {name}"))
+/// A release's budget gate narrowed to `namespaces` at once (helm installs it for every
+/// namespace but the excluded ones; other tests share the cluster).
+fn narrow_gate(cluster: &Cluster, objects: &[Value], namespaces: &[&str]) {
+    // Server-side, as a manager of its own: Helm 4 upgrades by server-side apply, and a
+    // client-side edit of a field it owns would make the upgrade fail with a conflict.
+    let vwc = common::chart::find_kind(objects, "ValidatingWebhookConfiguration");
+    cluster.kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=gpu-reaper-test",
+            "-f",
+            "-",
+        ],
+        Some(&common::chart::scoped(vwc, namespaces).to_string()),
+    );
 }
 
 /// Paths present in `original` but lost when read into the typed struct: misspelt or
@@ -210,43 +228,33 @@ fn check_hardened(deployment: &Value) {
     }
 }
 
-fn b64(s: &str) -> Vec<u8> {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .expect("base64")
-}
+#[test]
+fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upgrade() {
+    let cluster = cluster();
+    cluster.install_crds();
+    let lint = helm(cluster, &["lint", CHART]);
+    assert!(lint.ok, "helm lint: {}{}", lint.stdout, lint.stderr);
+    assert!(
+        !lint.stdout.contains("[ERROR]") && !lint.stdout.contains("[WARNING]"),
+        "helm lint: {}",
+        lint.stdout
+    );
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upgrade() {
-    let lint = helm(&["lint", CHART]).await.expect("helm lint runs");
-    let errors: Vec<&Value> = lint["lint"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["severity"] == "error")
-        .collect();
-    assert!(errors.is_empty(), "helm lint: {errors:?}");
-
-    let sim = KubeSim::start().await.unwrap();
-    let kubeconfig = sim.kubeconfig_path().to_string_lossy().into_owned();
-    let mut upgraded = defaults();
-    upgraded["webhook"] = json!({"timeoutSeconds": 5});
-    let out = helm(&[
-        "install",
-        CHART,
-        "--kubeconfig",
-        &kubeconfig,
-        "--release",
-        "gpu-reaper",
-        "--values",
-        &defaults().to_string(),
-        "--upgrade-values",
-        &upgraded.to_string(),
-    ])
-    .await
-    .expect("helm install");
-    let objects = documents(out["manifest"].as_str().unwrap());
+    let mut cleanup = Cleanup::new(cluster);
+    let ns = cluster.namespace("helm", &[]);
+    cleanup.add("namespace", &ns);
+    let release = format!("r{}", unique());
+    let full = format!("{release}-gpu-reaper");
+    cleanup.add(
+        "validatingwebhookconfiguration",
+        &format!("{full}-budget-gate"),
+    );
+    cleanup.add("gpupolicy", &format!("{release}-audit"));
+    let values = defaults(&release, &ns);
+    let install = helm_release(cluster, "install", &release, &ns, &values);
+    assert!(install.ok, "helm install: {}", install.stderr);
+    let (text, objects) = manifest(cluster, &release, &ns);
+    narrow_gate(cluster, &objects, &[&ns]);
     let kinds = check_types(&objects);
     for kind in [
         "Deployment",
@@ -266,29 +274,24 @@ async fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upg
     }
     // Everything Helm rendered is in the API server.
     for o in &objects {
-        let (group, _) = o["apiVersion"]
-            .as_str()
-            .unwrap()
-            .rsplit_once('/')
-            .unwrap_or(("", ""));
-        let plural = match o["kind"].as_str().unwrap() {
-            "PodDisruptionBudget" => "poddisruptionbudgets".to_string(),
-            "NetworkPolicy" => "networkpolicies".to_string(),
-            "GpuPolicy" => "gpupolicies".to_string(),
-            k => format!("{}s", k.to_lowercase()),
-        };
-        let ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+        let kind = o["kind"].as_str().unwrap();
         let name = o["metadata"]["name"].as_str().unwrap();
+        let namespace = o["metadata"]["namespace"].as_str();
         assert!(
-            sim.get(group, &plural, ns, name).is_some(),
-            "{} {name} was not applied",
-            o["kind"]
+            cluster.get(kind, namespace, name).is_some(),
+            "{kind} {name} was not applied"
         );
+    }
+    // The chart's CRDs (crds/) are established.
+    for crd in [
+        "gpupolicies.gpureaper.io",
+        "readinessattestations.gpureaper.io",
+    ] {
+        assert!(cluster.get("crd", None, crd).is_some(), "{crd}");
     }
 
     // kubectl accepts the rendered manifest as it is (a server-side dry run of all of it).
-    let (ok, text) = kubectl(
-        &sim,
+    let dry = cluster.try_kubectl(
         &[
             "apply",
             "--server-side",
@@ -297,17 +300,23 @@ async fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upg
             "-f",
             "-",
         ],
-        Some(out["manifest"].as_str().unwrap()),
-    )
-    .await;
-    assert!(ok, "kubectl apply of the rendered chart: {text}");
+        Some(&text),
+    );
     assert!(
-        text.contains("deployment.apps/gpu-reaper-webhook serverside-applied (server dry run)"),
-        "{text}"
+        dry.ok,
+        "kubectl apply of the rendered chart: {}",
+        dry.stderr
+    );
+    assert!(
+        dry.stdout.contains(&format!(
+            "deployment.apps/{full}-webhook serverside-applied (server dry run)"
+        )),
+        "{}",
+        dry.stdout
     );
 
-    let controller = find(&objects, "Deployment", "gpu-reaper-controller");
-    let webhook = find(&objects, "Deployment", "gpu-reaper-webhook");
+    let controller = find(&objects, "Deployment", &format!("{full}-controller"));
+    let webhook = find(&objects, "Deployment", &format!("{full}-webhook"));
     check_hardened(controller);
     check_hardened(webhook);
     assert_eq!(controller["spec"]["replicas"], 2, "a standby controller");
@@ -319,78 +328,113 @@ async fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upg
         .filter_map(Value::as_str)
         .collect();
     assert!(args.contains(&"--prometheus-url=http://prometheus-operated.monitoring.svc:9090"));
-    assert!(args.contains(&"--lease-namespace=gpu-reaper"));
-    // (The e2e test below runs the binary with these very flags.)
+    assert!(args.contains(&format!("--lease-namespace={ns}").as_str()));
+    // The real Deployment controller made the ReplicaSets and pods, and the scheduler
+    // leaves them Pending (no node matches the test's nodeSelector).
+    wait_until("the chart's webhook pods", || {
+        cluster
+            .list("pods", &ns, Some("app.kubernetes.io/component=webhook"))
+            .len()
+            == 2
+    });
 
     // The webhook configuration: safe defaults, exclusions, and the same CA as the
     // serving certificate.
     let vwc = find(
         &objects,
         "ValidatingWebhookConfiguration",
-        "gpu-reaper-budget-gate",
+        &format!("{full}-budget-gate"),
     );
     let hook = &vwc["webhooks"][0];
     assert_eq!(hook["sideEffects"], "None");
     assert_eq!(hook["failurePolicy"], "Ignore");
     assert_eq!(hook["timeoutSeconds"], 3);
     let excluded = &hook["namespaceSelector"]["matchExpressions"][0]["values"];
-    for ns in ["kube-system", "kube-node-lease", NS] {
+    for excluded_ns in ["kube-system", "kube-node-lease", ns.as_str()] {
         assert!(
-            excluded.as_array().unwrap().iter().any(|v| v == ns),
-            "{ns} is excluded"
+            excluded
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == excluded_ns),
+            "{excluded_ns} is excluded"
         );
     }
     assert_eq!(hook["matchConditions"].as_array().unwrap().len(), 2);
-    let secret = find(&objects, "Secret", "gpu-reaper-webhook-tls");
+    let secret = find(&objects, "Secret", &format!("{full}-webhook-tls"));
     assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
     let leaf = String::from_utf8(b64(secret["data"]["tls.crt"].as_str().unwrap())).unwrap();
     assert!(leaf.contains("BEGIN CERTIFICATE"));
+    let policy = find(&objects, "GpuPolicy", &format!("{release}-audit"));
+    assert_eq!(
+        policy["spec"]["mode"], "Audit",
+        "the sample policy never acts"
+    );
 
-    // The upgrade reuses the generated certificate (lookup), and applies the new value.
-    let after = documents(out["upgrade_manifest"].as_str().unwrap());
+    // The upgrade reuses the generated certificate (lookup against the real server), and
+    // applies the new value.
+    let mut upgraded = values.clone();
+    upgraded["webhook"]["timeoutSeconds"] = json!(5);
+    let upgrade = helm_release(cluster, "upgrade", &release, &ns, &upgraded);
+    assert!(upgrade.ok, "helm upgrade: {}", upgrade.stderr);
+    let (_, after) = manifest(cluster, &release, &ns);
+    narrow_gate(cluster, &after, &[&ns]);
     let vwc2 = find(
         &after,
         "ValidatingWebhookConfiguration",
-        "gpu-reaper-budget-gate",
+        &format!("{full}-budget-gate"),
     );
     assert_eq!(vwc2["webhooks"][0]["timeoutSeconds"], 5);
     assert_eq!(
         vwc2["webhooks"][0]["clientConfig"]["caBundle"], hook["clientConfig"]["caBundle"],
         "an upgrade must not rotate the CA under running webhooks"
     );
-    let policy = find(&objects, "GpuPolicy", "default-audit");
+    let live = cluster
+        .get(
+            "validatingwebhookconfiguration",
+            None,
+            &format!("{full}-budget-gate"),
+        )
+        .unwrap();
+    assert_eq!(live["webhooks"][0]["timeoutSeconds"], 5);
     assert_eq!(
-        policy["spec"]["mode"], "Audit",
-        "the sample policy never acts"
+        live["webhooks"][0]["clientConfig"]["caBundle"],
+        hook["clientConfig"]["caBundle"]
+    );
+    let live_secret = cluster
+        .get("secret", Some(&ns), &format!("{full}-webhook-tls"))
+        .unwrap();
+    assert_eq!(live_secret["data"]["tls.crt"], secret["data"]["tls.crt"]);
+
+    // Uninstall removes the cluster-scoped objects too (the CRDs stay, as Helm does).
+    let uninstall = helm(
+        cluster,
+        &["uninstall", &release, "--namespace", &ns, "--wait"],
+    );
+    assert!(uninstall.ok, "helm uninstall: {}", uninstall.stderr);
+    for (kind, name) in [
+        ("clusterrole", format!("{full}-controller")),
+        (
+            "validatingwebhookconfiguration",
+            format!("{full}-budget-gate"),
+        ),
+        ("gpupolicy", format!("{release}-audit")),
+    ] {
+        assert!(cluster.get(kind, None, &name).is_none(), "{kind} {name}");
+    }
+    assert!(
+        cluster
+            .get("crd", None, "gpupolicies.gpureaper.io")
+            .is_some()
     );
 }
 
-/// Minimal CRDs for the optional integrations' kinds, so kube-sim serves them.
-fn integration_crds() -> Vec<Value> {
-    [
-        ("cert-manager.io", "certificates", "Certificate"),
-        ("cert-manager.io", "issuers", "Issuer"),
-        ("monitoring.coreos.com", "servicemonitors", "ServiceMonitor"),
-        ("monitoring.coreos.com", "prometheusrules", "PrometheusRule"),
-    ]
-    .iter()
-    .map(|(group, plural, kind)| {
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-               "metadata": {"name": format!("{plural}.{group}")},
-               "spec": {"group": group, "scope": "Namespaced",
-                        "names": {"plural": plural, "kind": kind, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-                        "versions": [{"name": "v1", "served": true, "storage": true,
-                                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
-    })
-    .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn non_default_values_render_cert_manager_network_policy_and_monitoring() {
-    let sim = KubeSim::start().await.unwrap();
-    for crd in integration_crds() {
-        sim.seed(crd).unwrap();
-    }
+#[test]
+fn non_default_values_render_cert_manager_network_policy_and_monitoring() {
+    let cluster = cluster();
+    let mut cleanup = Cleanup::new(cluster);
+    let ns = cluster.namespace("helm-values", &[]);
+    cleanup.add("namespace", &ns);
     let values = json!({
         "prometheus": {"url": "https://thanos.monitoring.svc:10902", "ca": {"configMapName": "thanos-ca"}, "clientCert": {"secretName": "thanos-client"},
                        "basicAuth": {"user": "reaper", "passwordSecret": {"name": "thanos-auth"}}},
@@ -410,10 +454,26 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
                           "email": {"host": "smtp.example.com", "security": "tls", "user": "reaper", "passwordSecret": {"name": "smtp"}},
                           "templates": {"warning": {"subject": "{workload} idle", "text": "{gpus} GPUs idle since {idle_since}"}}},
     });
-    let out = install(&sim, "reaper", &values)
-        .await
-        .expect("helm install");
-    let objects = documents(out["manifest"].as_str().unwrap());
+    // cert-manager and the Prometheus operator are not installed: helm template renders
+    // their kinds; the real server then validates every built-in object (dry run).
+    let objects = render(cluster, "reaper", &ns, &values, &[]).expect("helm template");
+    let builtin: Vec<&Value> = objects
+        .iter()
+        .filter(|o| {
+            !["Certificate", "Issuer", "ServiceMonitor", "PrometheusRule"]
+                .contains(&o["kind"].as_str().unwrap())
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": builtin}).to_string();
+    let dry = cluster.try_kubectl(
+        &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+        Some(&list),
+    );
+    assert!(
+        dry.ok,
+        "the real server refuses the rendered objects: {}",
+        dry.stderr
+    );
     let kinds = check_types(&objects);
     for kind in [
         "NetworkPolicy",
@@ -436,7 +496,7 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
     );
     assert_eq!(
         vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        "gpu-reaper/reaper-gpu-reaper-webhook"
+        format!("{ns}/reaper-gpu-reaper-webhook")
     );
     assert!(vwc["webhooks"][0]["clientConfig"]["caBundle"].is_null());
     assert_eq!(vwc["webhooks"][0]["failurePolicy"], "Fail");
@@ -531,10 +591,7 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
     // Without the webhook, its alert group is left out (its "down" alert would fire).
     let controller_only = json!({"prometheus": {"url": "http://p:9090"}, "webhook": {"enabled": false},
                                  "prometheusRule": {"enabled": true}, "samplePolicy": {"enabled": false}});
-    let out = install(&sim, "solo", &controller_only)
-        .await
-        .expect("helm install");
-    let solo = documents(out["manifest"].as_str().unwrap());
+    let solo = render(cluster, "solo", &ns, &controller_only, &[]).expect("helm template");
     let names: Vec<&str> = find(&solo, "PrometheusRule", "solo-gpu-reaper")["spec"]["groups"]
         .as_array()
         .unwrap()
@@ -555,9 +612,12 @@ async fn non_default_values_render_cert_manager_network_policy_and_monitoring() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_values_are_refused_with_the_field_and_the_fix() {
-    let sim = KubeSim::start().await.unwrap();
+#[test]
+fn bad_values_are_refused_with_the_field_and_the_fix() {
+    let cluster = cluster();
+    let mut cleanup = Cleanup::new(cluster);
+    let ns = cluster.namespace("helm-bad", &[]);
+    cleanup.add("namespace", &ns);
     let cases = [
         (json!({}), "prometheus.url is required"),
         (
@@ -578,467 +638,118 @@ async fn bad_values_are_refused_with_the_field_and_the_fix() {
         ),
     ];
     for (i, (values, expected)) in cases.iter().enumerate() {
-        let err = install(&sim, &format!("bad{i}"), values)
-            .await
-            .expect_err("Helm refuses the values");
-        assert!(err.contains(expected), "values {values}: {err}");
+        let run = helm_release(
+            cluster,
+            "install",
+            &format!("bad{i}-{}", unique()),
+            &ns,
+            values,
+        );
+        assert!(!run.ok, "Helm refuses the values {values}: {}", run.stdout);
+        assert!(
+            run.stderr.contains(expected),
+            "values {values}: {}",
+            run.stderr
+        );
     }
     // Nothing of a refused release reached the cluster.
     assert!(
-        sim.list("apps", "deployments", Some(NS)).is_empty(),
+        cluster.list("deployments", &ns, None).is_empty(),
         "a refused install applies nothing"
     );
+    let releases = helm(
+        cluster,
+        &[
+            "list",
+            "--deployed",
+            "--failed",
+            "--pending",
+            "--namespace",
+            &ns,
+            "-q",
+        ],
+    );
+    assert!(
+        releases.ok && releases.stdout.trim().is_empty(),
+        "{releases:?}"
+    );
 }
 
-// ---- the installed chart at work, as its own ServiceAccounts ----
-
-/// A kubeconfig for kube-sim that authenticates as `system:serviceaccount:gpu-reaper:name`.
-fn service_account_kubeconfig(sim: &KubeSim, dir: &Path, name: &str) -> std::path::PathBuf {
-    user_kubeconfig(sim, dir, NS, name)
-}
-
-/// A kubeconfig for kube-sim that authenticates as `system:serviceaccount:ns:name`.
-fn user_kubeconfig(sim: &KubeSim, dir: &Path, ns: &str, name: &str) -> std::path::PathBuf {
-    let mut config: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(sim.kubeconfig_path()).unwrap()).unwrap();
-    config["users"][0]["user"] = json!({"token": format!("system:serviceaccount:{ns}:{name}")});
-    let path = dir.join(format!("{ns}-{name}.kubeconfig"));
-    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
-    path
-}
-
-async fn kubectl(sim: &KubeSim, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(sim.kubeconfig_path())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    if let Some(text) = stdin {
-        use tokio::io::AsyncWriteExt;
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().await.unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// Minute boundary ten minutes ahead: objects kube-sim stamps now are ten minutes old
-/// at the start of the history (see tests/controller.rs).
-fn t0() -> i64 {
-    static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *T0.get_or_init(|| jiff::Timestamp::now().as_second() / 60 * 60 + 600)
-}
-
-fn at(minutes: i64) -> String {
-    jiff::Timestamp::from_second(t0() + minutes * 60)
-        .unwrap()
-        .to_string()
-}
-
-/// Three hours of idle GPUs for `ml/chat-0` (Deployment), `ml/train-0` (Job) and the bare
-/// pod `ml/scratch`.
-fn idle_history() -> Vec<u8> {
-    let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
-    for pod in ["chat-0", "train-0", "scratch", "nb-0", "queued-0", "db-0"] {
-        // Every 30 s, the chart's default --scrape-interval.
-        for step in 0..=360 {
-            let _ = writeln!(
-                s,
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"0\",UUID=\"GPU-{pod}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"n1\",namespace=\"ml\",pod=\"{pod}\",container=\"main\"}} 0 {}",
-                t0() + step * 30
-            );
-        }
-    }
-    s.push_str("# EOF\n");
-    s.into_bytes()
-}
-
-fn workloads() -> Vec<Value> {
-    let gpu = json!({"limits": {"nvidia.com/gpu": "1"}});
-    let pod = |name: &str, owner: Option<Value>| {
-        let mut meta = json!({"name": name, "namespace": "ml", "labels": {"app": name}});
-        if let Some(o) = owner {
-            meta["ownerReferences"] = json!([o]);
-        }
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-               "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]},
-               "status": {"phase": "Running"}})
-    };
-    vec![
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat", "namespace": "ml"},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
-                        "template": {"metadata": {"labels": {"app": "chat"}}, "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
-        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "chat-1", "namespace": "ml",
-               "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat", "uid": "u-d", "controller": true}]},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}}, "template": {"metadata": {"labels": {"app": "chat"}}, "spec": {"containers": [{"name": "main", "image": "x"}]}}}}),
-        pod(
-            "chat-0",
-            Some(
-                json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "chat-1", "uid": "u-rs", "controller": true}),
-            ),
-        ),
-        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
-               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
-        pod(
-            "train-0",
-            Some(
-                json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-j", "controller": true}),
-            ),
-        ),
-        pod("scratch", None),
-        // A StatefulSet no Enforce policy takes: the chart's Audit sample policy governs it.
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ml"},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}}, "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
-        pod(
-            "db-0",
-            Some(
-                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u-db", "controller": true}),
-            ),
-        ),
-        // A Kubeflow Notebook (its controller's StatefulSet and pod) ...
-        crd("kubeflow.org", "Notebook", "notebooks"),
-        json!({"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "metadata": {"name": "nb", "namespace": "ml"},
-               "spec": {"template": {"spec": {"containers": [{"name": "nb", "image": "jupyter", "resources": gpu}]}}}}),
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "nb", "namespace": "ml",
-               "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "Notebook", "name": "nb", "uid": "u-nb", "controller": true}]},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "nb"}}, "template": {"metadata": {"labels": {"app": "nb"}}, "spec": {"containers": [{"name": "nb", "image": "jupyter"}]}}}}),
-        pod(
-            "nb-0",
-            Some(
-                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "nb", "uid": "u-sts", "controller": true}),
-            ),
-        ),
-        // ... and a Job queued by Kueue, with the Workload Kueue made for it.
-        crd("kueue.x-k8s.io", "Workload", "workloads"),
-        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "queued", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team"}},
-               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}),
-        pod(
-            "queued-0",
-            Some(
-                json!({"apiVersion": "batch/v1", "kind": "Job", "name": "queued", "uid": "u-q", "controller": true}),
-            ),
-        ),
-        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "job-queued", "namespace": "ml",
-               "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "queued", "uid": "u-q", "controller": true}]},
-               "spec": {"active": true, "queueName": "team", "podSets": []}}),
-    ]
-}
-
-fn crd(group: &str, kind: &str, plural: &str) -> Value {
-    let version = if group == "kueue.x-k8s.io" {
-        "v1beta2"
+/// kubectl or gpu-reaper as a given kubeconfig; success, and stdout then stderr.
+fn run_as(program: &str, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    let mut command = if program == "kubectl" {
+        Command::new(cluster().bin("kubectl"))
     } else {
-        "v1"
+        Command::new(program)
     };
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-           "metadata": {"name": format!("{plural}.{group}")},
-           "spec": {"group": group, "scope": "Namespaced",
-                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-                    "versions": [{"name": version, "served": true, "storage": true,
-                                  "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+    command.args(args).env("KUBECONFIG", kubeconfig);
+    let run = run_with_stdin(&mut command, stdin);
+    (run.ok, format!("{}{}", run.stdout, run.stderr))
 }
 
-fn policies() -> String {
-    let mut out = String::new();
-    for (name, kind, action) in [
-        ("serve", "Deployment", "ScaleToZero"),
-        ("batch", "Job", "Suspend"),
-        ("bare", "Pod", "Evict"),
-        ("notebooks", "Notebook", "ScaleToZero"),
-    ] {
-        let _ = write!(
-            out,
-            "---\napiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {name}}}\nspec:\n  mode: Enforce\n  match: {{kinds: [{kind}]}}\n  idle: {{window: 30m, startupGrace: 20m, minCoverage: 0.8}}\n  warn: {{after: 30m}}\n  action: {{type: {action}, after: 60m}}\n  admission: {{mode: Enforce, largeClaimGpus: 8}}\n"
-        );
-    }
-    out
-}
-
-async fn wait_ready(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let _ = s
-                .write_all(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n")
-                .await;
-            let mut buf = String::new();
-            let _ = s.read_to_string(&mut buf).await;
-            if buf.starts_with("HTTP/1.0 200") || buf.starts_with("HTTP/1.1 200") {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "the webhook never became ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
-    let prometheus = prometheus_with("helm-e2e", &idle_history());
-    let sim = KubeSim::start().await.unwrap();
-    let out = install(&sim, "gpu-reaper", &defaults())
-        .await
-        .expect("helm install");
-    let objects = documents(out["manifest"].as_str().unwrap());
+#[test]
+fn the_people_roles_let_teams_write_attestations_and_only_approvers_approve() {
+    let cluster = cluster();
+    cluster.install_crds();
+    let mut cleanup = Cleanup::new(cluster);
+    let system = cluster.namespace("helm-roles-sys", &[]);
+    cleanup.add("namespace", &system);
+    let team = cluster.namespace("team-a", &[]);
+    cleanup.add("namespace", &team);
+    let platform = cluster.namespace("platform", &[]);
+    cleanup.add("namespace", &platform);
+    let release = format!("r{}", unique());
+    let full = format!("{release}-gpu-reaper");
+    cleanup.add(
+        "validatingwebhookconfiguration",
+        &format!("{full}-budget-gate"),
+    );
+    cleanup.add("gpupolicy", &format!("{release}-audit"));
+    let install = helm_release(
+        cluster,
+        "install",
+        &release,
+        &system,
+        &defaults(&release, &team),
+    );
+    assert!(install.ok, "helm install: {}", install.stderr);
+    let (_, objects) = manifest(cluster, &release, &system);
+    narrow_gate(cluster, &objects, &[&team]);
+    // A team member bound in their namespace; an approver bound cluster-wide. Both are
+    // ServiceAccounts with tokens the API server issued.
+    let binding = format!("{release}-attestation-approvers");
+    cleanup.add("clusterrolebinding", &binding);
+    cluster.apply(&format!(
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: dev, namespace: {team}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: oncall, namespace: {platform}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: attestation-editors, namespace: {team}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {full}-attestation-editor}}
+subjects: [{{kind: ServiceAccount, name: dev, namespace: {team}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {binding}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {full}-attestation-approver}}
+subjects: [{{kind: ServiceAccount, name: oncall, namespace: {platform}}}]
+"#
+    ));
     let dir = tempfile::tempdir().unwrap();
-
-    // The webhook, with the chart's certificate, as the chart's webhook ServiceAccount,
-    // reached through the chart's ValidatingWebhookConfiguration (service + caBundle).
-    let secret = find(&objects, "Secret", "gpu-reaper-webhook-tls");
-    for file in ["tls.crt", "tls.key"] {
-        std::fs::write(
-            dir.path().join(file),
-            b64(secret["data"][file].as_str().unwrap()),
-        )
-        .unwrap();
-    }
-    let (port, probe) = (free_port(), free_port());
-    let _webhook = tokio::process::Command::new(BIN)
-        .args(["webhook", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--probe-listen", &format!("127.0.0.1:{probe}")])
-        .arg("--tls-cert")
-        .arg(dir.path().join("tls.crt"))
-        .arg("--tls-key")
-        .arg(dir.path().join("tls.key"))
-        .env(
-            "KUBECONFIG",
-            service_account_kubeconfig(&sim, dir.path(), "gpu-reaper-webhook"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    sim.route_service(
-        NS,
-        "gpu-reaper-webhook",
-        &format!("https://127.0.0.1:{port}"),
-    );
-    wait_ready(probe).await;
-
-    sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}))
-        .unwrap();
-    let (ok, text) = kubectl(&sim, &["apply", "-f", "-"], Some(&policies())).await;
-    assert!(ok, "{text}");
-    // The gate sees the policies once its caches catch up; a 16-GPU job without an
-    // attestation is then refused with the one-sentence reason.
-    let big = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: big, namespace: ml}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: main, image: x, resources: {limits: {nvidia.com/gpu: \"16\"}}}]\n";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let denial = loop {
-        let (ok, text) = kubectl(&sim, &["apply", "-f", "-"], Some(big)).await;
-        if !ok {
-            break text;
-        }
-        let _ = kubectl(&sim, &["delete", "job", "big", "-n", "ml"], None).await;
-        assert!(Instant::now() < deadline, "the gate never denied: {text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert!(
-        denial.contains("budget-gate.gpureaper.io") && denial.contains("ReadinessAttestation"),
-        "{denial}"
+    let dev = service_account_kubeconfig(cluster, dir.path(), &team, "dev");
+    let oncall = service_account_kubeconfig(cluster, dir.path(), &platform, "oncall");
+    let attestation = format!(
+        "apiVersion: gpureaper.io/v1alpha1\nkind: ReadinessAttestation\nmetadata: {{name: llama, namespace: {team}}}\nspec:\n  selector: {{matchLabels: {{app: llama}}}}\n  maxGpus: 64\n  expiresAt: \"2099-01-01T00:00:00Z\"\n"
     );
 
-    // The controller, as the chart's controller ServiceAccount, with the chart's flags.
-    for object in workloads() {
-        sim.seed(object).unwrap();
-    }
-    let controller_kubeconfig =
-        service_account_kubeconfig(&sim, dir.path(), "gpu-reaper-controller");
-    let controller = find(&objects, "Deployment", "gpu-reaper-controller");
-    let chart_args: Vec<String> = controller["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .filter(|a| !a.starts_with("--prometheus-url") && !a.starts_with("--listen"))
-        .map(String::from)
-        .collect();
-    for (minutes, identity) in [
-        (60, "gpu-reaper-controller-a"),
-        (150, "gpu-reaper-controller-a"),
-    ] {
-        let out = tokio::process::Command::new(BIN)
-            .args(&chart_args)
-            .args(["--prometheus-url", &prometheus.url])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .args(["--once", "--now", &at(minutes), "--identity", identity])
-            .env("KUBECONFIG", &controller_kubeconfig)
-            .output()
-            .await
-            .unwrap();
-        let log = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "controller at +{minutes}m: {log}");
-        eprintln!(
-            "controller at +{minutes}m:\n{log}{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    let deployment = sim.get("apps", "deployments", "ml", "chat").unwrap();
-    assert_eq!(deployment["spec"]["replicas"], 0, "scaled to zero");
-    let job = sim.get("batch", "jobs", "ml", "train").unwrap();
-    assert_eq!(job["spec"]["suspend"], true, "suspended");
-    assert!(sim.get("", "pods", "ml", "scratch").is_none(), "evicted");
-    let db = sim.get("apps", "statefulsets", "ml", "db").unwrap();
-    assert_eq!(
-        db["spec"]["replicas"], 1,
-        "the Audit sample policy never acts"
-    );
-    let notebook = sim.get("kubeflow.org", "notebooks", "ml", "nb").unwrap();
-    assert!(
-        notebook["metadata"]["annotations"]["kubeflow-resource-stopped"].is_string(),
-        "the notebook is stopped: {notebook}"
-    );
-    let workload = sim
-        .get("kueue.x-k8s.io", "workloads", "ml", "job-queued")
-        .unwrap();
-    assert_eq!(
-        workload["spec"]["active"], false,
-        "Kueue's Workload deactivated"
-    );
-    let queued = sim.get("batch", "jobs", "ml", "queued").unwrap();
-    assert!(
-        queued["spec"]["suspend"].is_null(),
-        "gpu-reaper never fights Kueue over spec.suspend"
-    );
-
-    // Every call both components made was granted by the chart's RBAC, and the calls
-    // that matter were made.
-    let accesses = sim.accesses();
-    let refused: Vec<_> = accesses.iter().filter(|a| !a.allowed).collect();
-    assert!(refused.is_empty(), "the chart's RBAC refused: {refused:#?}");
-    let made = |user: &str, verb: &str, resource: &str| {
-        accesses
-            .iter()
-            .any(|a| a.user.ends_with(user) && a.verb == verb && a.resource == resource)
-    };
-    for (user, verb, resource) in [
-        (":gpu-reaper-webhook", "watch", "readinessattestations"),
-        (":gpu-reaper-controller", "patch", "deployments/scale"),
-        (":gpu-reaper-controller", "patch", "jobs"),
-        (":gpu-reaper-controller", "create", "pods/eviction"),
-        (":gpu-reaper-controller", "patch", "notebooks"),
-        (":gpu-reaper-controller", "patch", "workloads"),
-        (":gpu-reaper-controller", "patch", "gpupolicies/status"),
-        (":gpu-reaper-controller", "create", "leases"),
-        (":gpu-reaper-controller", "get", "configmaps"),
-        (":gpu-reaper-controller", "patch", "configmaps"),
-        (":gpu-reaper-controller", "create", "events"),
-    ] {
-        assert!(
-            made(user, verb, resource),
-            "{user} never made {verb} {resource}: {accesses:#?}"
-        );
-    }
-
-    // A 16-GPU pod with a hand-written controller reference: gated when a token of the
-    // namespace's own ServiceAccounts writes it (the chart's matchCondition sends it to
-    // the webhook, which counts it as bare), admitted from the Job controller's.
-    sim.seed(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "pod-writer"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]}]}),
-    )
-    .unwrap();
-    sim.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "pod-writers"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "pod-writer"},
-        "subjects": [{"kind": "ServiceAccount", "name": "ci-bot", "namespace": "ml"},
-                     {"kind": "ServiceAccount", "name": "job-controller", "namespace": "kube-system"}]}))
-    .unwrap();
-    // `kubectl apply` of such a pod as the service account `ns:name`.
-    let apply_as = |ns: &'static str, name: &'static str| {
-        let pod = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: by-{name}\n  namespace: ml\n  ownerReferences: [{{apiVersion: batch/v1, kind: Job, name: big, uid: u-big, controller: true}}]\nspec:\n  restartPolicy: Never\n  containers: [{{name: main, image: x, resources: {{limits: {{nvidia.com/gpu: \"16\"}}}}}}]\n"
-        );
-        let kubeconfig = user_kubeconfig(&sim, dir.path(), ns, name);
-        async move { run_as("kubectl", &kubeconfig, &["apply", "-f", "-"], Some(&pod)).await }
-    };
-    let (ok, text) = apply_as("ml", "ci-bot").await;
-    assert!(
-        !ok,
-        "the namespace's own ServiceAccount slipped past the gate: {text}"
-    );
-    assert!(text.contains("budget-gate.gpureaper.io"), "{text}");
-    let (ok, text) = apply_as("kube-system", "job-controller").await;
-    assert!(ok, "{text}");
-    assert!(sim.get("", "pods", "ml", "by-job-controller").is_some());
-}
-
-/// kubectl or gpu-reaper as a given kubeconfig.
-async fn run_as(
-    program: &str,
-    kubeconfig: &Path,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> (bool, String) {
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(text) = stdin {
-        use tokio::io::AsyncWriteExt;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .await
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().await.unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_people_roles_let_teams_write_attestations_and_only_approvers_approve() {
-    let sim = KubeSim::start().await.unwrap();
-    install(&sim, "gpu-reaper", &defaults())
-        .await
-        .expect("helm install");
-    sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}))
-        .unwrap();
-    // A team member bound in their namespace; an approver bound cluster-wide.
-    sim.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "attestation-editors", "namespace": "team-a"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-reaper-attestation-editor"},
-        "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": "team-a"}]}))
-    .unwrap();
-    sim.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "attestation-approvers"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-reaper-attestation-approver"},
-        "subjects": [{"kind": "ServiceAccount", "name": "oncall", "namespace": "platform"}]}))
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let dev = user_kubeconfig(&sim, dir.path(), "team-a", "dev");
-    let oncall = user_kubeconfig(&sim, dir.path(), "platform", "oncall");
-    let attestation = "apiVersion: gpureaper.io/v1alpha1\nkind: ReadinessAttestation\nmetadata: {name: llama, namespace: team-a}\nspec:\n  selector: {matchLabels: {app: llama}}\n  maxGpus: 64\n  expiresAt: \"2099-01-01T00:00:00Z\"\n";
-
-    let (ok, text) = run_as("kubectl", &dev, &["apply", "-f", "-"], Some(attestation)).await;
+    let (ok, text) = run_as("kubectl", &dev, &["apply", "-f", "-"], Some(&attestation));
     assert!(ok, "a team member writes the spec: {text}");
     let (ok, text) = run_as(
         "kubectl",
@@ -1048,63 +759,275 @@ async fn the_people_roles_let_teams_write_attestations_and_only_approvers_approv
             "readinessattestation",
             "llama",
             "-n",
-            "team-a",
+            &team,
             "--subresource=status",
             "--type=merge",
             "-p",
             r#"{"status":{"approvedBy":"me"}}"#,
         ],
         None,
-    )
-    .await;
+    );
     assert!(
         !ok && text.contains("forbidden"),
         "a team cannot approve itself: {text}"
     );
-    let (ok, text) = run_as(BIN, &dev, &["attest", "approve", "team-a/llama"], None).await;
+    let target = format!("{team}/llama");
+    let (ok, text) = run_as(BIN, &dev, &["attest", "approve", &target], None);
     assert!(!ok && text.contains("forbidden"), "{text}");
     let (ok, text) = run_as(
         "kubectl",
         &dev,
         &["apply", "-f", "-"],
-        Some(&attestation.replace("namespace: team-a", "namespace: default")),
-    )
-    .await;
+        Some(&attestation.replace(
+            &format!("namespace: {team}"),
+            &format!("namespace: {platform}"),
+        )),
+    );
     assert!(
         !ok && text.contains("forbidden"),
-        "the editor role is bound in team-a only: {text}"
+        "the editor role is bound in {team} only: {text}"
     );
 
     let (ok, text) = run_as(
         BIN,
         &oncall,
-        &["attest", "approve", "team-a/llama", "--approver", "oncall"],
+        &["attest", "approve", &target, "--approver", "oncall"],
         None,
-    )
-    .await;
-    assert!(ok, "the approver approves: {text}");
-    let stored = sim
-        .get("gpureaper.io", "readinessattestations", "team-a", "llama")
+    );
+    assert!(
+        ok,
+        "the approver approves with the approver role alone: {text}"
+    );
+    assert!(!text.contains("forbidden"), "{text}");
+    let stored = cluster
+        .get("readinessattestation", Some(&team), "llama")
         .unwrap();
     assert_eq!(stored["status"]["approvedBy"], "oncall");
+    assert_eq!(stored["status"]["approvedGeneration"], 1);
     let (ok, text) = run_as(
         "kubectl",
         &oncall,
-        &["delete", "readinessattestation", "llama", "-n", "team-a"],
+        &["delete", "readinessattestation", "llama", "-n", &team],
         None,
-    )
-    .await;
+    );
     assert!(
         !ok && text.contains("forbidden"),
         "approvers change status only: {text}"
     );
-    let refused: Vec<_> = sim
-        .accesses()
-        .into_iter()
-        .filter(|a| !a.allowed && a.user.ends_with(":oncall") && a.verb != "delete")
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "attest approve needs more than the approver role: {refused:#?}"
+    // The editor role aggregates into the built-in `edit` role (the real
+    // clusterrole-aggregation controller): a namespace editor writes attestations.
+    wait_until("gpu-reaper's rules aggregated into `edit`", || {
+        cluster
+            .get("clusterrole", None, "edit")
+            .is_some_and(|r| r["rules"].to_string().contains("readinessattestations"))
+    });
+    let uninstall = helm(cluster, &["uninstall", &release, "--namespace", &system]);
+    assert!(uninstall.ok, "{}", uninstall.stderr);
+}
+
+#[test]
+fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
+    let cluster = cluster();
+    cluster.install_crds();
+    let mut cleanup = Cleanup::new(cluster);
+    let system = cluster.namespace("helm-e2e-sys", &[]);
+    cleanup.add("namespace", &system);
+    let ml = cluster.namespace("ml-helm", &[]);
+    cleanup.add("namespace", &ml);
+    let release = format!("r{}", unique());
+    let full = format!("{release}-gpu-reaper");
+    cleanup.add(
+        "validatingwebhookconfiguration",
+        &format!("{full}-budget-gate"),
     );
+    cleanup.add("gpupolicy", &format!("{release}-audit"));
+    let install = helm_release(
+        cluster,
+        "install",
+        &release,
+        &system,
+        &defaults(&release, &ml),
+    );
+    assert!(install.ok, "helm install: {}", install.stderr);
+    let (_, objects) = manifest(cluster, &release, &system);
+    let dir = tempfile::tempdir().unwrap();
+
+    // The webhook as the chart's webhook ServiceAccount (a real token), with the chart's
+    // certificate and flags, behind the chart's Service and webhook configuration.
+    let webhook_sa =
+        service_account_kubeconfig(cluster, dir.path(), &system, &format!("{full}-webhook"));
+    let gate = Gate::start(cluster, &objects, &[&ml], &webhook_sa);
+    gate.wait_called(&ml);
+
+    // Policies for this test's namespace, selected by this test's controller only.
+    let mut policies = String::new();
+    for (name, kind, action) in [
+        ("serve", "Deployment", "ScaleToZero"),
+        ("batch", "Job", "Suspend"),
+        ("bare", "Pod", "Evict"),
+    ] {
+        let name = format!("{release}-{name}");
+        cleanup.add("gpupolicy", &name);
+        let _ = write!(
+            policies,
+            "---\napiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {name}, labels: {{app.kubernetes.io/instance: {release}}}}}\nspec:\n  mode: Enforce\n  match: {{kinds: [{kind}], namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ml}}}}}}}\n  idle: {{window: 30m, startupGrace: 20m, minCoverage: 0.4}}\n  warn: {{after: 30m}}\n  action: {{type: {action}, after: 60m}}\n  admission: {{mode: Enforce, largeClaimGpus: 8}}\n"
+        );
+    }
+    cluster.apply(&policies);
+    // The gate sees the policies once its caches catch up; a 16-GPU job without an
+    // attestation is then refused with the one-sentence reason.
+    let big = format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: big, namespace: {ml}}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{{name: main, image: x, resources: {{limits: {{nvidia.com/gpu: \"16\"}}}}}}]\n"
+    );
+    let mut denial = String::new();
+    wait_until("the gate denying a 16-GPU job", || {
+        let run = cluster.try_kubectl(&["create", "--dry-run=server", "-f", "-"], Some(&big));
+        denial = run.stderr;
+        !run.ok
+    });
+    assert!(
+        denial.contains("budget-gate.gpureaper.io") && denial.contains("ReadinessAttestation"),
+        "{denial}"
+    );
+
+    // Real workloads, scheduled onto the kwok nodes: a Deployment, a Job, a bare pod and
+    // a StatefulSet only the chart's Audit sample policy governs.
+    let gpu = json!({"limits": {"nvidia.com/gpu": "1"}});
+    let container = json!([{"name": "main", "image": "x", "resources": gpu}]);
+    for object in [
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat", "namespace": ml},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
+                        "template": {"metadata": {"labels": {"app": "chat"}}, "spec": {"containers": container}}}}),
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": ml},
+               "spec": {"template": {"metadata": {"labels": {"app": "train"}}, "spec": {"restartPolicy": "Never", "containers": container}}}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scratch", "namespace": ml, "labels": {"app": "scratch"}},
+               "spec": {"containers": container}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": ml},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                        "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": container}}}}),
+    ] {
+        cluster.apply(&object.to_string());
+    }
+    let mut pods = Vec::new();
+    for app in ["chat", "train", "scratch", "db"] {
+        let running = cluster.running_pods(&ml, &format!("app={app}"), 1);
+        pods.push(running[0]["metadata"]["name"].as_str().unwrap().to_string());
+    }
+    // Three hours of idle GPUs after their creation, one sample a minute: half the chart's
+    // default --scrape-interval (30s) expects, hence the policies' minCoverage 0.4.
+    let t0 = history_start();
+    let mut dcgm = Dcgm::new(t0);
+    for pod in &pods {
+        dcgm.gpu(&ml, pod, 0, "NVIDIA H100 80GB HBM3", 0..=180, |_| Some(0.0));
+    }
+    let prometheus = prometheus_with(&format!("helm-e2e-{}", unique()), &dcgm.finish());
+
+    // The controller, as the chart's controller ServiceAccount, with the chart's flags.
+    let controller_sa =
+        service_account_kubeconfig(cluster, dir.path(), &system, &format!("{full}-controller"));
+    let controller = find(&objects, "Deployment", &format!("{full}-controller"));
+    let chart_args: Vec<String> = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| !a.starts_with("--prometheus-url") && !a.starts_with("--listen"))
+        .map(String::from)
+        .collect();
+    for minutes in [60, 150] {
+        let out = Command::new(BIN)
+            .args(&chart_args)
+            .args(["--prometheus-url", &prometheus.url])
+            .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+            .args(["--once", "--now", &at(t0, minutes)])
+            .args(["--identity", "gpu-reaper-controller-a"])
+            .args([
+                "--policy-selector",
+                &format!("app.kubernetes.io/instance={release}"),
+            ])
+            .env("KUBECONFIG", &controller_sa)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "controller at +{minutes}m: {log}");
+        for refused in ["forbidden", "Forbidden", "403"] {
+            assert!(
+                !log.contains(refused),
+                "the chart's RBAC refused a call at +{minutes}m: {log}"
+            );
+        }
+    }
+    let deployment = cluster.get("deployment", Some(&ml), "chat").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 0, "scaled to zero");
+    let job = cluster.get("job", Some(&ml), "train").unwrap();
+    assert_eq!(job["spec"]["suspend"], true, "suspended");
+    wait_until("the evicted pod gone", || {
+        cluster.get("pod", Some(&ml), "scratch").is_none()
+    });
+    let db = cluster.get("statefulset", Some(&ml), "db").unwrap();
+    assert_eq!(
+        db["spec"]["replicas"], 1,
+        "the Audit sample policy never acts"
+    );
+    // The Lease and the Audit-mode state in the release namespace, policy status.
+    assert!(
+        cluster
+            .get("lease", Some(&system), &format!("{full}-controller"))
+            .is_some()
+    );
+    let serve = cluster
+        .get("gpupolicy", None, &format!("{release}-serve"))
+        .unwrap();
+    assert!(serve["status"].is_object(), "status written: {serve}");
+    assert!(
+        !cluster.list("events.events.k8s.io", &ml, None).is_empty(),
+        "events recorded"
+    );
+
+    // A 16-GPU pod with a hand-written controller reference: gated when a token of the
+    // namespace's own ServiceAccounts writes it (the chart's matchCondition sends it to
+    // the webhook, which counts it as bare), admitted from the Job controller's.
+    let role = format!("{release}-pod-writer");
+    cleanup.add("clusterrole", &role);
+    cleanup.add("clusterrolebinding", &role);
+    cluster.apply(&format!(
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: ci-bot, namespace: {ml}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {role}}}
+rules: [{{apiGroups: [""], resources: [pods], verbs: [get, create]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {role}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}
+subjects:
+- {{kind: ServiceAccount, name: ci-bot, namespace: {ml}}}
+- {{kind: ServiceAccount, name: job-controller, namespace: kube-system}}
+"#
+    ));
+    let uid = job["metadata"]["uid"].as_str().unwrap();
+    let apply_as = |ns: &str, name: &str| {
+        let pod = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: by-{name}\n  namespace: {ml}\n  ownerReferences: [{{apiVersion: batch/v1, kind: Job, name: train, uid: {uid}, controller: true}}]\nspec:\n  restartPolicy: Never\n  containers: [{{name: main, image: x, resources: {{limits: {{nvidia.com/gpu: \"16\"}}}}}}]\n"
+        );
+        let kubeconfig = service_account_kubeconfig(cluster, dir.path(), ns, name);
+        run_as("kubectl", &kubeconfig, &["create", "-f", "-"], Some(&pod))
+    };
+    let (ok, text) = apply_as(&ml, "ci-bot");
+    assert!(
+        !ok,
+        "the namespace's own ServiceAccount slipped past the gate: {text}"
+    );
+    assert!(text.contains("budget-gate.gpureaper.io"), "{text}");
+    let (ok, text) = apply_as("kube-system", "job-controller");
+    assert!(ok, "{text}");
+    assert!(cluster.get("pod", Some(&ml), "by-job-controller").is_some());
+    drop(gate);
+    let uninstall = helm(cluster, &["uninstall", &release, "--namespace", &system]);
+    assert!(uninstall.ok, "{}", uninstall.stderr);
 }
