@@ -1,58 +1,27 @@
-//! Warnings end to end: kube-sim for the API server, the real Prometheus with DCGM-shaped
-//! history, a real SMTP server (aiosmtpd, tests/smtp/server.py), and the gpu-reaper binary
-//! run as the controller at chosen instants. The owner gets exactly one warning per idle
-//! period across restarts, an SMTP outage is recorded, counted and retried, and a signed
-//! "Keep 4h" click on the controller's /slack/interactivity delays the action.
+//! Warnings end to end on the real control plane (scripts/testenv), the real Prometheus
+//! with DCGM-shaped history of the pod the cluster runs, a real SMTP server (aiosmtpd,
+//! tests/smtp/server.py), and the gpu-reaper binary run as the controller at chosen
+//! instants. The owner gets exactly one warning per idle period across restarts, an SMTP
+//! outage is recorded, counted and retried, and a signed "Keep 4h" click on the
+//! controller's /slack/interactivity delays the action.
 
 mod common;
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Prometheus, free_port, http_ok, prometheus_with};
+use common::scenario::{BIN, H100, Scenario, Workload, deployment as deployment_manifest};
+use common::{free_port, http_ok};
 use jiff::{SignedDuration, Timestamp};
-use kube_sim::KubeSim;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
-const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
 const SMTP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smtp/server.py");
 const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 
-fn t0() -> i64 {
-    static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *T0.get_or_init(|| Timestamp::now().as_second() / 60 * 60 + 600)
-}
-
-fn at(minutes: i64) -> String {
-    Timestamp::from_second(t0() + minutes * 60)
-        .unwrap()
-        .to_string()
-}
-
-/// Five and a half hours of an idle GPU for `ml/chat-1-a`, one sample a minute.
-fn history() -> Vec<u8> {
-    let mut s = String::from("# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n");
-    for m in 0..=340 {
-        let _ = writeln!(
-            s,
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"0\",UUID=\"GPU-chat\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"n1\",namespace=\"ml\",pod=\"chat-1-a\",container=\"main\"}} 0 {}",
-            t0() + m * 60
-        );
-    }
-    s.push_str("# EOF\n");
-    s.into_bytes()
-}
-
-const POLICY: &str = r#"
-apiVersion: gpureaper.io/v1alpha1
-kind: GpuPolicy
-metadata: {name: inference}
-spec:
-  mode: Enforce
+/// The rest of the policy's spec.
+const POLICY: &str = r#"  mode: Enforce
   idle: {window: 30m, startupGrace: 20m, minCoverage: 0.8}
   warn: {after: 30m, channels: [Event, Email]}
   action: {type: ScaleToZero, after: 60m}
@@ -61,109 +30,79 @@ spec:
 "#;
 
 struct Setup {
-    sim: KubeSim,
-    prometheus: Prometheus,
+    scenario: Scenario,
     dir: tempfile::TempDir,
     smtp_port: u16,
 }
 
+/// Deployment chat (1 GPU, owner ana@example.com), idle for five and a half hours.
 async fn setup(name: &str) -> Setup {
-    let prometheus = prometheus_with(name, &history());
-    let sim = KubeSim::start().await.unwrap();
-    for ns in ["ml", "gpu-reaper"] {
-        sim.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-            .unwrap();
-    }
-    let gpu = json!({"limits": {"nvidia.com/gpu": "1"}});
-    sim.seed(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "chat", "namespace": "ml", "annotations": {"gpureaper.io/owner": "ana@example.com"}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
-                 "template": {"metadata": {"labels": {"app": "chat"}}, "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]}}}}))
-    .unwrap();
-    sim.seed(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "chat-1", "namespace": "ml",
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat", "uid": "u-d", "controller": true}]},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
-                 "template": {"metadata": {"labels": {"app": "chat"}}, "spec": {"containers": [{"name": "main", "image": "x"}]}}}}))
-    .unwrap();
-    sim.seed(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "chat-1-a", "namespace": "ml", "labels": {"app": "chat"},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "chat-1", "uid": "u-rs", "controller": true}]},
-        "spec": {"containers": [{"name": "main", "image": "x", "resources": gpu}]},
-        "status": {"phase": "Running"}}))
-    .unwrap();
-    for input in [std::fs::read_to_string(CRDS).unwrap(), POLICY.to_string()] {
-        let out = tokio::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(sim.kubeconfig_path())
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = out;
-        {
-            use tokio::io::AsyncWriteExt;
-            out.stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .await
-                .unwrap();
-        }
-        let done = out.wait_with_output().await.unwrap();
-        assert!(
-            done.status.success(),
-            "{}",
-            String::from_utf8_lossy(&done.stderr)
-        );
-    }
+    let scenario = Scenario::start(
+        name,
+        |ns| {
+            vec![Workload {
+                name: "chat",
+                manifest: deployment_manifest(
+                    ns,
+                    "chat",
+                    1,
+                    json!({"gpureaper.io/owner": "ana@example.com"}),
+                ),
+                pods: ("app=chat".into(), 1),
+            }]
+        },
+        |dcgm, ns, pods| {
+            dcgm.gpu(ns, &pods["chat"][0], 0, H100, 0..=340, |_| Some(0.0));
+        },
+    );
+    scenario.apply_policy(POLICY);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("signing-secret"), SIGNING_SECRET).unwrap();
     std::fs::write(dir.path().join("token"), "xoxb-test").unwrap();
     std::fs::create_dir(dir.path().join("mail")).unwrap();
     Setup {
-        sim,
-        prometheus,
+        scenario,
         dir,
         smtp_port: free_port(),
     }
 }
 
+fn at(s: &Setup, minutes: i64) -> String {
+    s.scenario.at(minutes)
+}
+
 fn controller_args(s: &Setup) -> Vec<String> {
     let file = |name: &str| s.dir.path().join(name).to_string_lossy().into_owned();
-    [
-        "controller",
-        "--prometheus-url",
-        &s.prometheus.url,
-        "--scrape-interval",
-        "1m",
-        "--smtp-host",
-        "127.0.0.1",
-        "--smtp-port",
-        &s.smtp_port.to_string(),
-        "--smtp-security",
-        "none",
-        "--smtp-from",
-        "gpu-reaper <gpu-reaper@example.com>",
-        "--slack-token-file",
-        &file("token"),
-        "--slack-api-url",
-        "http://127.0.0.1:9/api",
-        "--slack-signing-secret-file",
-        &file("signing-secret"),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut args = vec!["controller".to_string()];
+    args.extend(s.scenario.controller_args("a", "15s"));
+    args.extend(
+        [
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &s.smtp_port.to_string(),
+            "--smtp-security",
+            "none",
+            "--smtp-from",
+            "gpu-reaper <gpu-reaper@example.com>",
+            "--slack-token-file",
+            &file("token"),
+            "--slack-api-url",
+            "http://127.0.0.1:9/api",
+            "--slack-signing-secret-file",
+            &file("signing-secret"),
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    args
 }
 
 async fn once(s: &Setup, minutes: i64) {
     let out = tokio::process::Command::new(BIN)
         .args(controller_args(s))
-        .args(["--once", "--now", &at(minutes), "--identity", "a"])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .args(["--once", "--now", &at(s, minutes)])
+        .env("KUBECONFIG", &s.scenario.cluster.kubeconfig)
         .output()
         .await
         .unwrap();
@@ -178,9 +117,9 @@ async fn running(s: &Setup, minutes: i64) -> (tokio::process::Child, u16) {
     let port = free_port();
     let child = tokio::process::Command::new(BIN)
         .args(controller_args(s))
-        .args(["--interval", "1h", "--now", &at(minutes), "--identity", "a"])
+        .args(["--interval", "1h", "--now", &at(s, minutes)])
         .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("KUBECONFIG", s.sim.kubeconfig_path())
+        .env("KUBECONFIG", &s.scenario.cluster.kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -221,14 +160,20 @@ fn mails(s: &Setup) -> Vec<String> {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
+    // Long headers are folded (RFC 5322): unfold them so a subject reads as one line.
     files
         .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap())
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .replace("\r\n ", " ")
+                .replace("\n ", " ")
+        })
         .collect()
 }
 
 fn deployment(s: &Setup) -> Value {
-    s.sim.get("apps", "deployments", "ml", "chat").unwrap()
+    s.scenario.deployment("chat")
 }
 
 fn delivery(s: &Setup) -> Value {
@@ -249,9 +194,9 @@ fn metrics(port: u16) -> String {
     body
 }
 
-fn signed_click(path: &Path, action: &str) -> (String, String, String) {
-    let _ = path;
-    let value = json!({"w": "ml/Deployment/chat", "v": "apps/v1", "p": "inference"}).to_string();
+fn signed_click(s: &Setup, action: &str) -> (String, String, String) {
+    let ns = &s.scenario.ns;
+    let value = json!({"w": format!("{ns}/Deployment/chat"), "v": "apps/v1", "p": ns}).to_string();
     let payload = json!({
         "type": "block_actions",
         "user": {"id": "U0ANA0001", "username": "ana"},
@@ -303,8 +248,9 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
     // The status is written at the end of the evaluation.
     let condition = loop {
         let policy = s
-            .sim
-            .get("gpureaper.io", "gpupolicies", "", "inference")
+            .scenario
+            .cluster
+            .get("gpupolicy", None, &s.scenario.ns)
             .unwrap();
         let found = policy["status"]["conditions"]
             .as_array()
@@ -326,7 +272,7 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
         condition["message"]
             .as_str()
             .unwrap()
-            .contains("email to ml/Deployment/chat"),
+            .contains(&format!("email to {}/Deployment/chat", s.scenario.ns)),
         "{condition}"
     );
     let m = metrics(port);
@@ -335,14 +281,9 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
         "{m}"
     );
     drop(controller);
-    let events: Vec<Value> = s
-        .sim
-        .list("events.k8s.io", "events", Some("ml"))
-        .into_iter()
-        .chain(s.sim.list("", "events", Some("ml")))
-        .collect();
+    let events = s.scenario.events_for("chat");
     assert!(
-        events.iter().any(|e| e.to_string().contains("IdleGpus")),
+        events.iter().any(|(reason, _)| reason == "IdleGpus"),
         "the Event is recorded whatever SMTP does: {events:?}"
     );
     assert!(mails(&s).is_empty());
@@ -355,7 +296,10 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
     let mail = &received[0];
     assert!(mail.contains("ana@example.com"), "{mail}");
     assert!(
-        mail.contains("Subject: Idle GPUs: ml/Deployment/chat will be reclaimed at"),
+        mail.contains(&format!(
+            "Subject: Idle GPUs: {}/Deployment/chat will be reclaimed at",
+            s.scenario.ns
+        )),
         "{mail}"
     );
     assert!(
@@ -371,7 +315,7 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
 
     // 4. "Keep 4h", signed as Slack signs it, on the running controller's listener.
     let (controller, port) = running(&s, 76).await;
-    let (body, timestamp, signature) = signed_click(s.dir.path(), "keep_4h");
+    let (body, timestamp, signature) = signed_click(&s, "keep_4h");
     let forged = post_click(port, &body, &timestamp, "v0=00");
     assert!(
         forged.starts_with("HTTP/1.1 401") || forged.starts_with("HTTP/1.0 401"),
@@ -411,9 +355,10 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
     );
     let received = mails(&s);
     assert!(
-        received
-            .iter()
-            .any(|m| m.contains("Subject: Reclaimed idle GPUs: ml/Deployment/chat")),
+        received.iter().any(|m| m.contains(&format!(
+            "Subject: Reclaimed idle GPUs: {}/Deployment/chat",
+            s.scenario.ns
+        ))),
         "{received:?}"
     );
 }
@@ -421,25 +366,17 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn require_delivery_holds_the_action_until_a_warning_reached_the_owner() {
     let s = setup("notify-require").await;
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(s.sim.kubeconfig_path())
-        .args([
+    s.scenario.cluster.kubectl(
+        &[
             "patch",
             "gpupolicy",
-            "inference",
+            &s.scenario.ns,
             "--type",
             "merge",
             "-p",
             r#"{"spec":{"warn":{"requireDelivery":true}}}"#,
-        ])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        None,
     );
     // SMTP down at the warning and when the action is due: nothing is reclaimed.
     once(&s, 60).await;

@@ -320,6 +320,19 @@ pub fn reclaimed_holdings(
         if !o.annotations.contains_key(keys::REAPED_AT) {
             continue;
         }
+        // Only a root holds the record: the Deployment controller copies a Deployment's
+        // annotations onto its ReplicaSets (and never removes them), which would count
+        // one reclaimed workload twice, and forever after a wake.
+        if let Some(up) = &o.owner
+            && owners.contains_key(&ObjectKey::new(
+                &up.api_version,
+                &up.kind,
+                &o.namespace,
+                &up.name,
+            ))
+        {
+            continue;
+        }
         let Some(held) = o
             .annotations
             .get(keys::RECLAIMED)
@@ -763,6 +776,37 @@ mod tests {
 #[cfg(test)]
 mod spend_tests {
     use super::*;
+
+    #[test]
+    fn a_reclaimed_deployment_counts_once_though_its_replica_set_carries_copies_of_its_annotations()
+    {
+        let policy: GpuPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
+            "spec": {"mode": "Enforce"}}))
+        .unwrap();
+        let record = serde_json::json!({
+            keys::REAPED_AT: "2026-11-29T12:00:00Z",
+            keys::RECLAIMED: r#"{"gpus": 1.0, "hourlyUsd": 2.5}"#,
+        });
+        let deployment = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "chat", "namespace": "ml", "annotations": record,
+                         "creationTimestamp": "2026-11-28T12:00:00Z"}});
+        // What the Deployment controller writes: the Deployment's annotations, copied.
+        let replica_set = serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "chat-7f9c", "namespace": "ml", "annotations": record,
+                         "creationTimestamp": "2026-11-28T12:00:00Z",
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat", "uid": "u", "controller": true}]}});
+        let owners: HashMap<_, _> = [deployment, replica_set]
+            .iter()
+            .map(|o| {
+                let info = crate::cluster::inventory::ObjectInfo::from_value(o).unwrap();
+                (info.key(), info)
+            })
+            .collect();
+        let held = reclaimed_holdings(&policy, &[&policy], &owners, &HashMap::new());
+        assert_eq!(held.workloads, 1);
+        assert_eq!(held.gpus, 1.0);
+    }
 
     #[test]
     fn idle_gpu_hours_of_the_last_day_converge_to_a_day_of_idleness_and_fade_after() {

@@ -1,6 +1,9 @@
 #![allow(dead_code)]
-//! Shared by the integration tests that need a real Prometheus: the Debian `prometheus`
-//! server on loopback with series backfilled by `promtool`.
+//! The one harness of the integration tests: the real Prometheus on loopback with series
+//! backfilled by promtool (Debian's 2.x by default; `GPU_REAPER_PROMETHEUS` and
+//! `GPU_REAPER_PROMTOOL` name other binaries, e.g. the Prometheus 3 that scripts/testenv
+//! builds — scripts/test runs the telemetry suite against both), DCGM series, and the
+//! real control plane (`cluster`, `scenario`).
 
 pub mod pki;
 
@@ -45,12 +48,17 @@ pub fn prometheus_serving(name: &str, openmetrics: &[u8], web: &[(&str, &str)]) 
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(dir.join("trace.om"), openmetrics).unwrap();
-    let backfill = Command::new("promtool")
+    let promtool = std::env::var("GPU_REAPER_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let backfill = Command::new(&promtool)
         .args(["tsdb", "create-blocks-from", "openmetrics"])
         .arg(dir.join("trace.om"))
         .arg(dir.join("data"))
         .output()
-        .expect("promtool is needed: apt-get install -y prometheus (bash .ci/run does it)");
+        .unwrap_or_else(|e| {
+            panic!(
+                "{promtool} is needed ({e}): apt-get install -y prometheus (scripts/test does it)"
+            )
+        });
     assert!(
         backfill.status.success(),
         "backfill: {}",
@@ -69,7 +77,8 @@ pub fn prometheus_serving(name: &str, openmetrics: &[u8], web: &[(&str, &str)]) 
         .any(|(f, t)| *f == "web.yml" && t.contains("tls_server_config"));
     let port = free_port();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let mut command = Command::new("prometheus");
+    let server = std::env::var("GPU_REAPER_PROMETHEUS").unwrap_or_else(|_| "prometheus".into());
+    let mut command = Command::new(&server);
     if !web.is_empty() {
         command.arg(format!(
             "--web.config.file={}",
@@ -90,7 +99,9 @@ pub fn prometheus_serving(name: &str, openmetrics: &[u8], web: &[(&str, &str)]) 
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("prometheus is needed: apt-get install -y prometheus (bash .ci/run does it)");
+        .unwrap_or_else(|e| {
+            panic!("{server} is needed ({e}): apt-get install -y prometheus (scripts/test does it)")
+        });
     let p = Prometheus {
         child,
         url: format!("{}://127.0.0.1:{port}", if tls { "https" } else { "http" }),
@@ -131,6 +142,7 @@ pub fn http_ok(port: u16, path: &str) -> bool {
 }
 
 pub mod cluster;
+pub mod scenario;
 
 /// RFC 3339 of `minutes` after `t0` (epoch seconds).
 pub fn at(t0: i64, minutes: i64) -> String {
@@ -143,7 +155,7 @@ pub fn at(t0: i64, minutes: i64) -> String {
 /// the objects it describes were created (the API server stamps them with the wall
 /// clock), backfilled into Prometheus ahead of time, and evaluated with `--now`.
 pub fn history_start() -> i64 {
-    jiff::Timestamp::now().as_second() / 60 * 60 + 120
+    jiff::Timestamp::now().as_second() / 60 * 60 + 600
 }
 
 /// DCGM exporter series in OpenMetrics, one sample a minute, for promtool's backfill.
