@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets from real data (run from the repository
-root; ../shared/fixtures must exist): fuzz/corpus/{prometheus_answer,trace,policy}/.
+root; ../shared/fixtures must exist): fuzz/corpus/{prometheus_answer,trace,policy,admit}/.
+The corpora are derived data of public files: not committed, written by scripts/test
+before the tests (tests/fuzz_inputs.rs reads them).
 
 Every seed is a real file, an exact slice of one, or a derivation named in its file
 name (`+ts`: the DCGM scrape with a timestamp appended to each sample line; `matrix`:
@@ -156,3 +158,34 @@ write(
         }
     ),
 )
+
+# admit: the real AdmissionReviews, and a GPU variant of each (the first container of
+# every pod spec found gets `nvidia.com/gpu: 16`); `request`-only captures are wrapped in
+# an AdmissionReview.
+def gpu_variant(value):
+    if isinstance(value, dict):
+        containers = value.get("containers")
+        if isinstance(containers, list) and containers and isinstance(containers[0], dict):
+            resources = containers[0].setdefault("resources", {})
+            if isinstance(resources, dict):
+                resources.setdefault("limits", {})["nvidia.com/gpu"] = "16"
+        for v in value.values():
+            gpu_variant(v)
+    elif isinstance(value, list):
+        for v in value:
+            gpu_variant(v)
+
+
+for path in sorted(glob.glob(f"{FIXTURES}/admission/*.json")):
+    name = os.path.basename(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    write("admit", name, raw)
+    try:
+        review = json.loads(raw)
+    except ValueError:
+        continue
+    if "request" not in review:
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": review}
+    gpu_variant(review.get("request", {}).get("object"))
+    write("admit", f"gpu-{name}", json.dumps(review, indent=1))

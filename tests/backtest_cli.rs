@@ -335,13 +335,19 @@ fn backtest_json(path: &std::path::Path) -> serde_json::Value {
 }
 
 fn migprofiler(name: &str) -> PathBuf {
-    PathBuf::from(concat!(
+    let path = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/traces"
+        "/../shared/fixtures/traces"
     ))
     .join(format!(
         "migprofiler__A100-40g__{name}__dcgm_GRACT_FBUSD_1s.csv"
-    ))
+    ));
+    assert!(
+        path.is_file(),
+        "{} is missing (the public fixtures live in ../shared/fixtures beside the checkout)",
+        path.display()
+    );
+    path
 }
 
 /// The real MIGProfiler traces (`dcgmi dmon` at 1 s on an A100: two inference and two

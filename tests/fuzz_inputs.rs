@@ -43,7 +43,9 @@ fn seeds(target: &str) -> &'static [Vec<u8>] {
             .map(|t| {
                 let dir = format!("{}/fuzz/corpus/{t}", env!("CARGO_MANIFEST_DIR"));
                 let mut paths: Vec<_> = std::fs::read_dir(&dir)
-                    .unwrap_or_else(|e| panic!("{dir}: {e}"))
+                    .unwrap_or_else(|e| {
+                        panic!("{dir}: {e}: the seeds are derived from ../shared/fixtures by `python3 fuzz/make_seeds.py` (scripts/test runs it)")
+                    })
                     .map(|e| e.unwrap().path())
                     .collect();
                 paths.sort();

@@ -741,8 +741,10 @@ mod tests {
     fn real_dcgm_exporter_scrapes_need_timestamps() {
         // The fixtures are live /metrics scrapes: no timestamps, so backtest refuses them
         // with a line-numbered message rather than guessing a time.
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dcgm");
-        let entries = std::fs::read_dir(dir).expect("tests/fixtures/dcgm is committed");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/dcgm");
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| {
+            panic!("{dir}: {e} (the public fixtures live beside the checkout)")
+        });
         for entry in entries
             .flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == "prom"))
