@@ -2,7 +2,7 @@
 //! the bearer token and the documented request shapes of `chat.postMessage` (JSON body,
 //! `charset=utf-8`, Block Kit limits) and `users.lookupByEmail` (GET, `email` query
 //! parameter), records every call, and on demand answers 429 + `Retry-After`, 500 or
-//! `ok: false`. The interactivity handler runs against kube-sim (a real API server over
+//! `ok: false`. The interactivity handler runs against the real control plane (scripts/testenv; over
 //! HTTPS) with requests signed exactly as Slack signs them.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -24,9 +24,8 @@ use gpu_reaper::notify::owner::{self, Owner, OwnerSource};
 use gpu_reaper::notify::slack::{SlackApi, SlackNotifier, http_client};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
 use jiff::{SignedDuration, Timestamp};
-use kube_sim::KubeSim;
-#[path = "common/pki.rs"]
-mod pki;
+mod common;
+use common::pki;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -415,7 +414,7 @@ impl Slack {
 }
 
 fn workload() -> ObjectInfo {
-    ObjectInfo::from_value(&deployment()).unwrap()
+    ObjectInfo::from_value(&deployment("ml")).unwrap()
 }
 
 fn warning(owner: Owner, slack_channel: Option<&str>) -> Notification {
@@ -639,10 +638,10 @@ async fn the_token_is_read_again_on_every_send() {
 
 // ---- interactivity -------------------------------------------------------------------
 
-fn deployment() -> Value {
+fn deployment(ns: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "chat", "namespace": "ml", "annotations": {
+        "metadata": {"name": "chat", "namespace": ns, "annotations": {
             "gpureaper.io/notified-owner": "ana@example.com (from the namespace)"
         }},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
@@ -652,8 +651,12 @@ fn deployment() -> Value {
     })
 }
 
+/// The real control plane (tests/common/cluster.rs): a namespace and a policy of this
+/// test's own.
 struct Cluster {
-    sim: KubeSim,
+    cluster: &'static common::cluster::Cluster,
+    ns: String,
+    policy: String,
     slack: Slack,
     app: Router,
     state: InteractState,
@@ -661,29 +664,41 @@ struct Cluster {
 
 async fn cluster() -> Cluster {
     let slack = Slack::start().await;
-    let sim = KubeSim::start().await.unwrap();
-    let crds = std::fs::read_to_string(CRDS).unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&crds) {
-        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if !crd.is_null() {
-            sim.seed(crd).unwrap();
-        }
-    }
-    sim.seed(deployment()).unwrap();
-    sim.seed(json!({
-        "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
-        "metadata": {"name": "research"},
-        "spec": {"exemptions": {"maxSnooze": "6h"}, "warn": {"after": "30m", "channels": ["Event", "Slack"], "slackChannel": "C0GPUS"}},
-    }))
-    .unwrap();
+    let cluster = common::cluster::cluster();
+    cluster.install_crds();
+    let ns = cluster.namespace("ml-slack", &[]);
+    cluster.apply(&deployment(&ns).to_string());
+    let policy = format!("research-{ns}");
+    cluster.apply(
+        &json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": policy},
+            "spec": {"match": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+                     "exemptions": {"maxSnooze": "6h"}, "warn": {"after": "30m", "channels": ["Event", "Slack"], "slackChannel": "C0GPUS"}},
+        })
+        .to_string(),
+    );
     let secret = slack.dir.path().join("signing-secret");
     std::fs::write(&secret, format!("{SIGNING_SECRET}\n")).unwrap();
-    let state = InteractState::new(secret, sim.client().await.unwrap(), slack.api());
+    let state = InteractState::new(secret, cluster.client().await, slack.api());
     Cluster {
         app: interact::router(state.clone()),
-        sim,
+        cluster,
+        ns,
+        policy,
         slack,
         state,
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .cluster
+            .try_kubectl(&["delete", "namespace", &self.ns, "--wait=false"], None);
+        let _ = self
+            .cluster
+            .try_kubectl(&["delete", "gpupolicy", &self.policy, "--wait=false"], None);
     }
 }
 
@@ -700,7 +715,8 @@ fn slack_signature(secret: &str, timestamp: i64, body: &str) -> String {
 
 /// The form body of a block_actions payload for a click on `action_id`.
 fn click_body(c: &Cluster, action_id: &str, policy: &str) -> String {
-    let value = json!({"w": "ml/Deployment/chat", "v": "apps/v1", "p": policy}).to_string();
+    let value =
+        json!({"w": format!("{}/Deployment/chat", c.ns), "v": "apps/v1", "p": policy}).to_string();
     let n = warning(owner_of("U0ANA0001"), Some("C0GPUS"));
     let blocks = gpu_reaper::notify::slack::message_blocks(&n, n.personal.as_ref().unwrap());
     let payload = json!({
@@ -745,7 +761,7 @@ async fn signed(c: &Cluster, body: &str) -> (StatusCode, String) {
 }
 
 fn snooze_until(c: &Cluster) -> Option<Timestamp> {
-    c.sim.get("apps", "deployments", "ml", "chat").unwrap()["metadata"]["annotations"]
+    c.cluster.get("deployment", Some(&c.ns), "chat").unwrap()["metadata"]["annotations"]
         ["gpureaper.io/snooze-until"]
         .as_str()
         .map(|s| s.parse().unwrap())
@@ -762,7 +778,7 @@ fn assert_about(at: Timestamp, expected: Timestamp) {
 #[tokio::test]
 async fn keep_4h_snoozes_the_workload_and_replaces_the_message() {
     let c = cluster().await;
-    let (status, body) = signed(&c, &click_body(&c, "keep_4h", "research")).await;
+    let (status, body) = signed(&c, &click_body(&c, "keep_4h", &c.policy)).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
     let until = snooze_until(&c).expect("snooze-until written");
     assert_about(until, Timestamp::now() + SignedDuration::from_hours(4));
@@ -772,7 +788,8 @@ async fn keep_4h_snoozes_the_workload_and_replaces_the_message() {
     assert_eq!(answer["replace_original"], true);
     let text = answer["text"].as_str().unwrap();
     assert!(
-        text.contains("ml/Deployment/chat kept until") && text.contains("by <@U0ANA0001>"),
+        text.contains(&format!("{}/Deployment/chat kept until", c.ns))
+            && text.contains("by <@U0ANA0001>"),
         "{text}"
     );
     assert!(!text.contains("capped"), "{text}");
@@ -792,7 +809,7 @@ async fn keep_4h_snoozes_the_workload_and_replaces_the_message() {
 #[tokio::test]
 async fn keep_24h_is_capped_at_the_policys_max_snooze() {
     let c = cluster().await;
-    let (status, _) = signed(&c, &click_body(&c, "keep_24h", "research")).await;
+    let (status, _) = signed(&c, &click_body(&c, "keep_24h", &c.policy)).await;
     assert_eq!(status, StatusCode::OK);
     let until = snooze_until(&c).expect("snooze-until written");
     assert_about(until, Timestamp::now() + SignedDuration::from_hours(6));
@@ -800,7 +817,7 @@ async fn keep_24h_is_capped_at_the_policys_max_snooze() {
     let answers = c.slack.fake.wait_calls("response_url", 1).await;
     let text = answers[0].body["text"].as_str().unwrap().to_string();
     assert!(
-        text.contains("capped at policy research's maxSnooze of 6h"),
+        text.contains(&format!("capped at policy {}'s maxSnooze of 6h", c.policy)),
         "{text}"
     );
     assert_eq!(c.state.counts().snapshot()["capped"], 1);
@@ -809,7 +826,7 @@ async fn keep_24h_is_capped_at_the_policys_max_snooze() {
 #[tokio::test]
 async fn a_bad_signature_is_refused_and_changes_nothing() {
     let c = cluster().await;
-    let body = click_body(&c, "keep_4h", "research");
+    let body = click_body(&c, "keep_4h", &c.policy);
     let now = Timestamp::now().as_second();
     let forged = slack_signature("not-the-secret", now, &body);
     let (status, reason) = send(&c, &body, now, &forged).await;
@@ -830,7 +847,7 @@ async fn a_bad_signature_is_refused_and_changes_nothing() {
 #[tokio::test]
 async fn a_stale_timestamp_is_refused_even_when_signed() {
     let c = cluster().await;
-    let body = click_body(&c, "keep_4h", "research");
+    let body = click_body(&c, "keep_4h", &c.policy);
     let then = Timestamp::now().as_second() - 6 * 60;
     let (status, reason) = send(
         &c,
@@ -848,7 +865,7 @@ async fn a_stale_timestamp_is_refused_even_when_signed() {
 #[tokio::test]
 async fn a_replayed_request_is_refused() {
     let c = cluster().await;
-    let body = click_body(&c, "keep_4h", "research");
+    let body = click_body(&c, "keep_4h", &c.policy);
     let now = Timestamp::now().as_second();
     let signature = slack_signature(SIGNING_SECRET, now, &body);
     let (first, _) = send(&c, &body, now, &signature).await;
@@ -863,14 +880,14 @@ async fn a_replayed_request_is_refused() {
 #[tokio::test]
 async fn not_mine_tells_the_policy_channel_who_the_owner_was_resolved_from() {
     let c = cluster().await;
-    let (status, _) = signed(&c, &click_body(&c, "not_mine", "research")).await;
+    let (status, _) = signed(&c, &click_body(&c, "not_mine", &c.policy)).await;
     assert_eq!(status, StatusCode::OK);
     let posts = c.slack.fake.wait_calls("chat.postMessage", 1).await;
     assert_eq!(posts.len(), 1);
     assert_eq!(posts[0].body["channel"], "C0GPUS");
     let text = posts[0].body["text"].as_str().unwrap();
     assert!(
-        text.starts_with("<@U0ANA0001> says ml/Deployment/chat is not theirs; owner was resolved from ana@example.com (from the namespace)"),
+        text.starts_with(&format!("<@U0ANA0001> says {}/Deployment/chat is not theirs; owner was resolved from ana@example.com (from the namespace)", c.ns)),
         "{text}"
     );
     let answers = c.slack.fake.wait_calls("response_url", 1).await;
@@ -911,12 +928,13 @@ async fn a_malformed_signed_payload_gets_400_with_a_reason() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert!(reason.contains(why), "{reason}");
     }
-    let bad_value = click_body(&c, "keep_4h", "research").replace("ml%2FDeployment%2Fchat", "chat");
+    let bad_value = click_body(&c, "keep_4h", &c.policy)
+        .replace(&format!("{}%2FDeployment%2Fchat", c.ns), "chat");
     let (status, reason) = signed(&c, &bad_value).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(reason.contains("namespace/Kind/name"), "{reason}");
     // Link clicks are reported by Slack too, and need only a 200.
-    let (status, _) = signed(&c, &click_body(&c, "open_workload", "research")).await;
+    let (status, _) = signed(&c, &click_body(&c, "open_workload", &c.policy)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(c.state.counts().snapshot()["malformed"], 3);
     assert_eq!(c.state.counts().snapshot()["ignored"], 1);
@@ -925,7 +943,7 @@ async fn a_malformed_signed_payload_gets_400_with_a_reason() {
 #[tokio::test]
 async fn interactivity_is_off_without_a_signing_secret_and_names_the_flag_on_errors() {
     let c = cluster().await;
-    let client = c.sim.client().await.unwrap();
+    let client = c.cluster.client().await;
     let notifier = c.slack.notifier();
     let mut args = gpu_reaper::cli::NotifyArgs::default();
     assert!(
