@@ -1336,6 +1336,25 @@ async fn a_kueue_managed_job_is_deactivated_through_its_workload_not_suspended()
         ))
     );
     assert_eq!(ns.get(WORKLOADS, &wl)["spec"]["active"], false);
+    // Read at v1beta1 (what gpu-reaper falls back to before Kueue 0.15), the API server
+    // converts it through Kueue's conversion webhook.
+    let older: Value = serde_json::from_str(&ns.cluster.kubectl(
+        &[
+            "get",
+            "workloads.v1beta1.kueue.x-k8s.io",
+            &wl,
+            "-n",
+            &ns.name,
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        (&older["apiVersion"], &older["spec"]["active"]),
+        (&json!("kueue.x-k8s.io/v1beta1"), &json!(false))
+    );
     // Kueue evicts the inactive Workload and suspends the Job; the Job controller
     // removes its pod.
     kueue.wait_until("Kueue to suspend the Job", || {
@@ -1343,7 +1362,10 @@ async fn a_kueue_managed_job_is_deactivated_through_its_workload_not_suspended()
     });
     ns.wait_no_pods("job-name=sample-job", "the Job controller");
     let job_after = ns.get("jobs.batch", "sample-job");
-    let managers = suspend_managers(&job_after);
+    // Who set spec.suspend, from the server's managedFields (kubectl hides them).
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let managers =
+        suspend_managers(&serde_json::to_value(jobs.get("sample-job").await.unwrap()).unwrap());
     assert!(
         !managers.is_empty() && managers.iter().all(|m| m.starts_with("kueue")),
         "spec.suspend is set by Kueue alone, never by gpu-reaper: {managers:?}"

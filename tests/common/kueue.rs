@@ -12,11 +12,11 @@
 //! - The rotator injects its CA into the conversion webhooks of five CRDs and refuses to
 //!   become ready when a CRD has none: the CRDs get the conversion stanza of Kueue's own
 //!   `config/components/crd/patches/webhook_in_*.yaml` (service
-//!   `kueue-system/kueue-webhook-service`). The API server cannot reach that service here (no
-//!   kube-proxy), and never needs to: every client, Kueue and gpu-reaper included, uses the
-//!   storage version v1beta2. The admission webhooks are not registered with the API server
-//!   (no `ValidatingWebhookConfiguration`), so Kueue's Job defaulting (`spec.suspend: true`
-//!   for a queued Job) is done by the test when it creates the Job.
+//!   `kueue-system/kueue-webhook-service`), and that Service is routed to Kueue's webhook
+//!   server on this machine (a selector-less Service and an EndpointSlice), so the API server
+//!   really converts v1beta1 through Kueue. The admission webhooks are not registered with
+//!   the API server (no webhook configurations), so Kueue's Job defaulting (`spec.suspend:
+//!   true` for a queued Job) is done by the test when it creates the Job.
 //! - Only the `batch/job` integration is on (other suites install minimal Kubeflow/Ray CRDs
 //!   Kueue must not manage); metrics, health probes and the visibility server are off; leader
 //!   election is on, so two test binaries never run two acting Kueues.
@@ -169,6 +169,31 @@ pub fn start(cluster: &'static Cluster) -> &'static Kueue {
             );
         }
 
+        // The webhook Service routed to this machine (a selector-less Service and an
+        // EndpointSlice; a Service endpoint may not be loopback), so the API server reaches
+        // Kueue's conversion webhook as it would in a cluster; the certificate the rotator
+        // issues names the Service.
+        let host_ip = std::fs::read_to_string(cluster.dir.join("host-ip"))
+            .expect("scripts/testenv writes DIR/host-ip")
+            .trim()
+            .to_string();
+        let port = super::free_port();
+        cluster.apply(
+            &json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": SERVICE, "namespace": NAMESPACE},
+                    "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}})
+            .to_string(),
+        );
+        cluster.apply(
+            &json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": format!("{SERVICE}-local"), "namespace": NAMESPACE,
+                                 "labels": {"kubernetes.io/service-name": SERVICE}},
+                    "addressType": "IPv4",
+                    "endpoints": [{"addresses": [host_ip], "conditions": {"ready": true}}],
+                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}]})
+            .to_string(),
+        );
+
         let dir = std::env::temp_dir().join(format!("gpu-reaper-kueue-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("certs")).unwrap();
@@ -178,9 +203,10 @@ pub fn start(cluster: &'static Cluster) -> &'static Kueue {
             "namespace": NAMESPACE,
             "health": {"healthProbeBindAddress": "0"},
             "metrics": {"bindAddress": "0"},
-            "webhook": {"host": "127.0.0.1", "port": super::free_port(),
+            "webhook": {"host": host_ip, "port": port,
                         "certDir": dir.join("certs")},
-            "leaderElection": {"leaderElect": true, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+            "leaderElection": {"leaderElect": true, "resourceName": "c1f6bfd2.kueue.x-k8s.io",
+                               "resourceNamespace": NAMESPACE},
             "internalCertManagement": {"enable": true, "webhookServiceName": SERVICE,
                                        "webhookSecretName": SECRET},
             "integrations": {"frameworks": ["batch/job"]},
