@@ -31,7 +31,6 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "xoxb-17-test-token";
 const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
-const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
 
 /// One request the fake Slack received.
 #[derive(Debug, Clone)]
