@@ -470,16 +470,14 @@ async fn a_standby_takes_over_once_the_leader_stops_renewing() {
 async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_next_cycle() {
     let s = setup("resume", "Enforce");
     // What a run killed between its two writes leaves behind.
-    s.kubectl(&[
-        "annotate",
-        "deployment",
+    s.annotate_deployment(
         "chat",
-        "-n",
-        &s.ns,
-        r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
-        "gpureaper.io/reaped-action=ScaleToZero",
-        &format!("gpureaper.io/reaped-at={}", s.at(124)),
-    ]);
+        &[
+            r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
+            "gpureaper.io/reaped-action=ScaleToZero",
+            &format!("gpureaper.io/reaped-at={}", s.at(124)),
+        ],
+    );
     let (ok, log) = s.cycle(126, "a").await;
     assert!(ok, "{log}");
     let d = s.deployment("chat");
@@ -510,14 +508,7 @@ async fn the_wake_annotation_restores_and_an_owner_scaling_back_by_hand_restarts
         assert!(ok, "{log}");
     }
     assert_eq!(s.deployment("chat")["spec"]["replicas"], 0);
-    s.kubectl(&[
-        "annotate",
-        "deployment",
-        "chat",
-        "-n",
-        &s.ns,
-        "gpureaper.io/wake=true",
-    ]);
+    s.annotate_deployment("chat", &["gpureaper.io/wake=true"]);
     let (ok, log) = s.cycle(126, "a").await;
     assert!(ok, "{log}");
     let d = s.deployment("chat");
@@ -545,16 +536,14 @@ async fn the_wake_annotation_restores_and_an_owner_scaling_back_by_hand_restarts
     );
 
     // gappy was reclaimed earlier (record done) and its owner scaled it back by hand.
-    s.kubectl(&[
-        "annotate",
-        "deployment",
+    s.annotate_deployment(
         "gappy",
-        "-n",
-        &s.ns,
-        r#"gpureaper.io/restore={"replicas":1,"state":"done"}"#,
-        "gpureaper.io/reaped-action=ScaleToZero",
-        &format!("gpureaper.io/reaped-at={}", s.at(20)),
-    ]);
+        &[
+            r#"gpureaper.io/restore={"replicas":1,"state":"done"}"#,
+            "gpureaper.io/reaped-action=ScaleToZero",
+            &format!("gpureaper.io/reaped-at={}", s.at(20)),
+        ],
+    );
     let (ok, log) = s.cycle(127, "a").await;
     assert!(ok, "{log}");
     let g = s.deployment("gappy");

@@ -161,6 +161,13 @@ impl Scenario {
         .to_vec()
     }
 
+    /// `kubectl annotate deployment NAME` in this namespace, with `annotations` (`k=v`).
+    pub fn annotate_deployment(&self, name: &str, annotations: &[&str]) {
+        let mut args = vec!["annotate", "deployment", name, "-n", &self.ns];
+        args.extend(annotations);
+        self.kubectl(&args);
+    }
+
     pub fn deployment(&self, name: &str) -> Value {
         self.cluster
             .get("deployment", Some(&self.ns), name)
