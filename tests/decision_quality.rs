@@ -112,7 +112,7 @@ fn a_workload_whose_long_idle_spans_usually_end_soon_is_not_warned() {
     assert_eq!(d.step, Step::Nothing);
     assert_eq!(
         d.reason,
-        "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 12 of 40 cases (product-limit 30 %): 31 % with the cautious prior (50 % over 2 cases): above idle.maxResumeRisk (5 %), holding"
+        "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 12 of 40 cases (product-limit 30 %): 36 % with the cautious prior (100 % over 4 cases): above idle.maxResumeRisk (5 %), holding"
     );
     assert_eq!(d.estimate.as_ref().map(|e| e.longer), Some(40));
 }
@@ -120,12 +120,12 @@ fn a_workload_whose_long_idle_spans_usually_end_soon_is_not_warned() {
 #[test]
 fn a_low_risk_warns_then_acts_and_both_say_why() {
     let spec = risk_spec(0.05, None, PolicyMode::Enforce);
-    // 0 of 40: (40 × 0 % + 2 × 50 %) / 42 = 2 % with the prior.
-    let d = decide_at(&spec, &LadderState::default(), 190, Some((0, 40)));
+    // 0 of 80: (80 × 0 % + 4 × 100 %) / 84 = 5 % with the prior.
+    let d = decide_at(&spec, &LadderState::default(), 190, Some((0, 80)));
     assert_eq!(d.step, Step::Warn);
     assert!(
         d.reason.ends_with(
-            "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 0 of 40 cases (product-limit 0 %): 2 % with the cautious prior (50 % over 2 cases), within idle.maxResumeRisk (5 %)"
+            "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 0 of 80 cases (product-limit 0 %): 5 % with the cautious prior (100 % over 4 cases), within idle.maxResumeRisk (5 %)"
         ),
         "{}",
         d.reason
@@ -134,9 +134,12 @@ fn a_low_risk_warns_then_acts_and_both_say_why() {
         warned_at: Some(at(190)),
         ..LadderState::default()
     };
-    let d = decide_at(&spec, &warned, 220, Some((1, 40)));
+    let d = decide_at(&spec, &warned, 220, Some((0, 80)));
     assert!(matches!(d.step, Step::Act(_)), "{d:?}");
-    assert!(d.reason.contains("1 of 40 cases"), "{}", d.reason);
+    assert!(d.reason.contains("0 of 80 cases"), "{}", d.reason);
+    // Forty cases are not enough to outweigh the cautious prior under 5 %: 4 / 44.
+    let d = decide_at(&spec, &warned, 220, Some((0, 40)));
+    assert_eq!(d.step, Step::Nothing, "{d:?}");
     // The risk rose during the notice: the action is held, the warning stands.
     let d = decide_at(&spec, &warned, 220, Some((20, 40)));
     assert_eq!(d.step, Step::Nothing);
@@ -918,6 +921,69 @@ fn the_controller_and_the_backtest_plan_the_same_steps_from_the_same_inputs() {
         assert!(
             kinds_acted_on.contains(&(want.0.to_string(), want.1.to_string())),
             "{want:?} not seen: {kinds_acted_on:?}"
+        );
+    }
+}
+
+/// The production trace (`../shared/fixtures/traces/`, read in place): 72 inference pods,
+/// 22.8 h at one-minute samples.
+fn production(file: &str) -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/traces"
+    ))
+    .join(file);
+    assert!(
+        path.exists(),
+        "the production fixture {} is missing (tests read ../shared/fixtures in place)",
+        path.display()
+    );
+    path
+}
+
+/// On production traffic, a controller installed with no history (a cold start) under
+/// the risk-gated policy beside the trace regrets no more than "act after 4h" — it waits
+/// where it knows nothing instead of acting at `action.after` — and every action it takes
+/// says why: an estimate within `maxResumeRisk`, or `maxIdle` reached.
+#[test]
+fn on_production_traffic_a_cold_start_regrets_no_more_than_acting_after_four_hours() {
+    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
+        &std::fs::read_to_string(production("alibaba-genai26-dev.policy.yaml")).unwrap(),
+        "policy",
+    )
+    .unwrap();
+    let trace = gpu_reaper::report::backtest::load_trace(
+        Some(&production(
+            "alibaba-genai26-dev__72-inference-pods__dcgm-ksm.om.gz",
+        )),
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    let options = BacktestOptions {
+        regret_horizon: SignedDuration::from_hours(2),
+        keep_timelines: false,
+        warmup: SignedDuration::ZERO,
+    };
+    let gated = backtest::run("genai", &policy.spec, &trace, &options);
+    let mut fixed = policy.spec.clone();
+    fixed.idle.max_resume_risk = None;
+    fixed.idle.max_idle = None;
+    fixed.warn.after = dur("3h30m");
+    fixed.action.after = dur("4h");
+    let fixed = backtest::run("fixed", &fixed, &trace, &options);
+    assert_eq!(gated.summary.workloads, 72);
+    assert!(fixed.summary.actions > 0 && gated.summary.actions > 0);
+    assert!(
+        gated.summary.regret_rate <= fixed.summary.regret_rate,
+        "cold start {:?} against act after 4h {:?}",
+        gated.summary,
+        fixed.summary
+    );
+    for a in gated.workloads.iter().flat_map(|w| &w.actions) {
+        assert!(
+            a.reason.contains("within idle.maxResumeRisk") || a.reason.contains("idle.maxIdle"),
+            "{}",
+            a.reason
         );
     }
 }

@@ -63,17 +63,17 @@ pub struct Hours {
 /// 1, 3, 4 and 6 all help; 6 spreads the cases least thin and gave the best frontier.
 const SLICE_HOURS: u8 = 6;
 
+/// The quarter of the day (0–3, UTC) of an instant: long pauses are tallied by quarter.
+fn quarter_of(at: Timestamp) -> usize {
+    (at.as_second().rem_euclid(86_400) / (6 * 3600)) as usize
+}
+
 impl Hours {
     fn of(at: Timestamp) -> Self {
         let hour = (at.as_second().rem_euclid(86_400) / 3600) as u8;
         Self {
             first: hour - hour % SLICE_HOURS,
         }
-    }
-
-    /// 0 to 3, for tallies by quarter.
-    fn index(self) -> usize {
-        usize::from(self.first / SLICE_HOURS)
     }
 
     fn words(self) -> String {
@@ -159,12 +159,15 @@ impl Daily {
 /// `backtest --sweep`: 10 and 30 did as well (docs/decision-quality.md).
 pub const PEER_WEIGHT: u32 = 20;
 
-/// The cautious prior every estimate starts from: a resumption risk of this much…
-pub const PRIOR_RISK: f64 = 0.5;
+/// The cautious prior every estimate starts from: that the workload resumes within the
+/// horizon (a risk of 100 %)…
+pub const PRIOR_RISK: f64 = 1.0;
 /// …weighing as this many cases. With few comparable spans the prior dominates (the risk
-/// stays high and the gate holds); the data overtake it as cases accumulate. Measured
-/// with `backtest --sweep` (docs/decision-quality.md).
-pub const PRIOR_CASES: f64 = 2.0;
+/// stays high and the gate holds); the data overtake it as cases accumulate: 0 of 36
+/// cases gives 10 %, 0 of 76 gives 5 %. Measured with `backtest --sweep`
+/// (docs/decision-quality.md): 50 % over 2, 4 or 10 cases and 100 % over 2 regretted
+/// more on the production trace.
+pub const PRIOR_CASES: f64 = 4.0;
 
 /// The peers' share an own estimate was blended with.
 #[derive(Debug, Clone, PartialEq)]
@@ -447,7 +450,7 @@ impl IdleHistory {
             bump(&mut self.by_rhythm[Rhythm::of(span.length).index()]);
         }
         if span.length >= LONG_PAUSE_SECS {
-            bump(&mut self.long_by_quarter[Hours::of(span.began).index()]);
+            bump(&mut self.long_by_quarter[quarter_of(span.began)]);
         }
     }
 
@@ -891,10 +894,12 @@ mod tests {
             .estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_hours(2))
             .unwrap();
         assert_eq!((e.resumed, e.longer, e.basis), (2, 4, Basis::Own));
-        assert_eq!(e.risk(), 0.5);
+        assert_eq!(e.product_limit, 0.5);
+        // Four cases against the prior's four: (4 × 50 % + 4 × 100 %) / 8.
+        assert_eq!(e.risk(), 0.75);
         assert_eq!(
             e.sentence(),
-            "idle 2h; this workload's idle spans longer than 2h ended within 2h in 2 of 4 cases (product-limit 50 %): 50 % with the cautious prior (50 % over 2 cases)"
+            "idle 2h; this workload's idle spans longer than 2h ended within 2h in 2 of 4 cases (product-limit 50 %): 75 % with the cautious prior (100 % over 4 cases)"
         );
     }
 
@@ -972,8 +977,8 @@ mod tests {
             .unwrap();
         assert_eq!((e.resumed, e.longer), (1, 2));
         assert!((e.product_limit - 0.5).abs() < 1e-12, "{e:?}");
-        // With the cautious prior over two cases: (2 × 50 % + 2 × 50 %) / 4.
-        assert!((e.risk() - 0.5).abs() < 1e-12);
+        // With the cautious prior: (2 × 50 % + 4 × 100 %) / 6.
+        assert!((e.risk() - 5.0 / 6.0).abs() < 1e-12);
         // Idle 3h: only the censored span lasted longer, and it ended no span: 0 %, which
         // one case cannot make more than a third of the way from the prior.
         let e = h
@@ -1011,7 +1016,7 @@ mod tests {
         assert_eq!((e.resumed, e.longer), (0, 12));
         assert_eq!(
             e.sentence(),
-            "idle 30m; idle spans of MemoryHeld workloads with a typical idle span under 4m and no recurring long pause longer than 30m ended within 2h in 0 of 12 cases (product-limit 0 %): 7 % with the cautious prior (50 % over 2 cases)"
+            "idle 30m; idle spans of MemoryHeld workloads with a typical idle span under 4m and no recurring long pause longer than 30m ended within 2h in 0 of 12 cases (product-limit 0 %): 25 % with the cautious prior (100 % over 4 cases)"
         );
         // A workload without a rhythm yet gets every peer of its shape.
         let e = h
@@ -1113,7 +1118,7 @@ mod tests {
             sentence.starts_with(
                 "idle 2h1m; this workload's idle spans longer than 2h1m ended within 2h in 0 of 5 cases (product-limit 0 %); other MemoryHeld workloads' idle spans that began in "
             ) && sentence.ends_with(&format!(
-                "in {0} of {0} (product-limit 100 %), weighed as 20 cases: 78 % with the cautious prior (50 % over 2 cases)",
+                "in {0} of {0} (product-limit 100 %), weighed as 20 cases: 83 % with the cautious prior (100 % over 4 cases)",
                 blend.longer
             )),
             "{sentence}"
@@ -1245,7 +1250,7 @@ mod tests {
         assert_eq!((e.resumed, e.longer), (0, 6));
         assert_eq!(
             e.sentence(),
-            "idle 1h; MemoryHeld workloads' idle spans that began in 18:00–00:00 UTC as this one did and lasted longer than 1h ended within 2h in 0 of 6 cases (product-limit 0 %): 12 % with the cautious prior (50 % over 2 cases)"
+            "idle 1h; MemoryHeld workloads' idle spans that began in 18:00–00:00 UTC as this one did and lasted longer than 1h ended within 2h in 0 of 6 cases (product-limit 0 %): 40 % with the cautious prior (100 % over 4 cases)"
         );
         // Idle for an hour since 12:30: the six lunch pauses all ended within the horizon.
         let e = ask(&mut h, 3, clock(6, 12, 30), 60).unwrap();
