@@ -373,7 +373,9 @@ fn the_real_migprofiler_traces_are_busy_work_and_nothing_is_warned_or_reclaimed(
 
 /// A real inference run followed by two hours of the same GPU holding its weights with
 /// no work (the rows a `dcgmi dmon` would print): idle from the last real busy sample,
-/// warned 30 minutes and reclaimed 60 minutes later (the bundled policy), as MemoryHeld.
+/// warned 30 minutes and reclaimed 60 minutes later, as MemoryHeld. The GPU's process is a
+/// bare Pod: the bundled policy's ScaleToZero cannot apply to it (the controller would do
+/// nothing), so the backtest reclaims nothing and says so; evicting it is what works.
 #[test]
 fn a_real_trace_with_an_idle_tail_is_warned_and_reclaimed_from_its_last_busy_sample() {
     let real = std::fs::read_to_string(migprofiler("infer_seq")).unwrap();
@@ -391,7 +393,35 @@ fn a_real_trace_with_an_idle_tail_is_warned_and_reclaimed_from_its_last_busy_sam
         let _ = writeln!(text, "0,0.000,3392,{t}");
     }
     let path = tmp("infer_seq_idle_tail.csv", &text);
-    let v = backtest_json(&path);
+    let bundled = backtest_json(&path);
+    let w = &bundled["workloads"][0];
+    assert_eq!(w["kind"], "Pod");
+    assert_eq!(w["unsupported"], "ScaleToZero", "{w}");
+    assert!(w["actions"].as_array().unwrap().is_empty(), "{w}");
+    assert_eq!(bundled["summary"]["reclaimed_gpu_hours"], 0.0);
+    assert_eq!(bundled["summary"]["unsupported"], 1);
+    assert!(
+        w["last_reason"]
+            .as_str()
+            .unwrap()
+            .contains("a Pod cannot be scaled to zero"),
+        "{w}"
+    );
+    let policy = tmp(
+        "evict.yaml",
+        &gpu_reaper::report::backtest::SAMPLE_POLICY.replace("type: ScaleToZero", "type: Evict"),
+    );
+    let o = run(&[
+        "backtest",
+        "--trace",
+        path.to_str().unwrap(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let w = &v["workloads"][0];
     // The weights stay in memory: the idle tail is MemoryHeld, about 1.5 h of it before
     // the trace ends (the half hour after the last busy sample is still in the window).

@@ -194,3 +194,56 @@ fn the_exporters_own_pods_are_unallocated_gpus_not_workloads() {
     // Workloads on the node scraped with exported_* labels are found under their own names.
     assert_eq!(workload(&v, "nb-alice")["namespace"], "research");
 }
+
+/// What the README and docs/backtest.md say about the bundled sample is what the first
+/// command prints: its workload and GPU counts, the GPU-hours reclaimed and held, the
+/// actions and regrets; and the Jobs the sample policy "scales to zero" are suspended,
+/// as the controller would, not counted for an action it cannot take.
+#[test]
+fn the_readme_and_backtest_docs_state_the_bundled_samples_figures() {
+    let v = default_backtest();
+    let s = &v["summary"];
+    let n = |k: &str| s[k].as_f64().unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    for claim in [
+        format!(
+            "{} real-looking workloads on {} GPUs",
+            s["workloads"], s["governed_gpus"]
+        ),
+        format!(
+            "{:.1} of {:.1} GPU-hours held reclaimed ({:.0} USD) by {} actions",
+            n("reclaimed_gpu_hours"),
+            n("gpu_hours"),
+            n("reclaimed_usd"),
+            s["actions"]
+        ),
+    ] {
+        assert!(readme.contains(&claim), "README.md should say {claim:?}");
+    }
+    assert_eq!(s["regrets"], 1, "the README says one regretted");
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/backtest.md")).unwrap();
+    let claim = format!(
+        "\"workloads\": {}, \"governed_gpus\": {}, \"unallocated_gpus\": {}",
+        s["workloads"], s["governed_gpus"], s["unallocated_gpus"]
+    );
+    assert!(docs.contains(&claim), "docs/backtest.md should say {claim}");
+    for field in ["idle_usd", "gpu_hours_by_class", "unsupported"] {
+        assert!(
+            docs.contains(&format!("\"{field}\"")),
+            "docs/backtest.md lacks {field}"
+        );
+    }
+    let jobs: Vec<&Value> = v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["kind"] == "Job" && !w["actions"].as_array().unwrap().is_empty())
+        .collect();
+    assert!(!jobs.is_empty());
+    for w in jobs {
+        assert_eq!(w["action"], "Suspend", "{w}");
+    }
+}

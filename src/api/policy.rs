@@ -191,7 +191,7 @@ pub struct IdleSpec {
     /// estimated probability that the workload becomes active again within
     /// `resumeHorizon` is at most this (0–1), e.g. `0.05`. The estimate comes from the
     /// workload's own idle spans over `history`, else from workloads of the same idle
-    /// shape, else there is none and the fixed durations decide (docs/decision-quality.md).
+    /// shape, else there is none and the ladder waits until `maxIdle` (docs/decision-quality.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0.0 && self <= 1.0").message("spec.idle.maxResumeRisk must be in [0, 1], e.g. 0.05 for 5 %"))]
     pub max_resume_risk: Option<f64>,

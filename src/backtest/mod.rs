@@ -18,15 +18,22 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
+use crate::api::GpuPolicy;
 use crate::api::keys;
 use crate::api::policy::{ActionType, GpuPolicySpec};
-use crate::api::selector;
-use crate::engine::inference::{self, Softer};
+use crate::engine::inference::Softer;
 use crate::engine::model::{
-    Classification, Decision, GpuObservation, LadderState, PodPhase, PodState, Step, WorkloadMeta,
+    Classification, GpuObservation, LadderState, PodPhase, PodState, Step, WorkloadMeta,
 };
-use crate::engine::{ActivityTracker, Histories, Rules, Sample, evaluate_with, limit_actions};
+use crate::engine::step::backfill;
+use crate::engine::{
+    ActivityTracker, Candidate, Histories, Planned, Rules, Sample, evaluate_policy,
+};
 use crate::telemetry::trace::{PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Trace};
+
+/// `controller --history-backfill`'s default: the most of the warm-up a controller
+/// installed at its end would read back from Prometheus.
+pub const CONTROLLER_BACKFILL: SignedDuration = SignedDuration::from_hours(24);
 
 /// How to replay.
 #[derive(Debug, Clone)]
@@ -34,8 +41,11 @@ pub struct BacktestOptions {
     pub regret_horizon: SignedDuration,
     /// Keep per-step activity and state per workload (for the SVG timeline).
     pub keep_timelines: bool,
-    /// The first part of the trace only teaches the idle history (as the controller's
-    /// start-up backfill does): nothing is warned, acted on, counted or drawn in it.
+    /// The replay is a controller installed this long after the trace's start: the
+    /// warm-up's last [`CONTROLLER_BACKFILL`] at most are fed into the idle history as the
+    /// controller's start-up backfill feeds it (the same function), and nothing is
+    /// classified, warned, acted on, counted or drawn in it. Zero: installed at the start,
+    /// with no history (a cold start).
     pub warmup: SignedDuration,
 }
 
@@ -102,6 +112,10 @@ pub struct WorkloadOutcome {
     pub reclaimed_usd: f64,
     /// Whether any action on it was regretted.
     pub regret: bool,
+    /// The policy's action, due but unsupported on this kind (e.g. ScaleToZero on a bare
+    /// Pod): nothing was reclaimed, as the controller would do nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsupported: Option<ActionType>,
     pub warnings: Vec<Timestamp>,
     pub actions: Vec<ActionOutcome>,
     /// The engine's last explanation.
@@ -131,6 +145,9 @@ pub struct Summary {
     pub regret_rate: f64,
     /// Actions deferred by `action.maxPerHour`.
     pub rate_limited: usize,
+    /// Workloads whose action was due but which the controller cannot act on that way
+    /// (their kind does not support it): nothing reclaimed.
+    pub unsupported: usize,
 }
 
 /// A whole backtest.
@@ -163,6 +180,8 @@ struct Live {
     meta: WorkloadMeta,
     /// Indexes into `trace.pods`.
     pods: Vec<usize>,
+    /// Its pods' names, in the order of `pod_states` (a DCGM-only pod: its own).
+    pod_names: Vec<String>,
     /// Indexes into `trace.gpus`.
     gpus: Vec<usize>,
     pod_states: Vec<PodState>,
@@ -179,12 +198,37 @@ struct Live {
     outcome: WorkloadOutcome,
 }
 
+/// What one step of a replay planned: the inputs the engine's one decision step
+/// ([`evaluate_policy`]) was given and what it answered, for a test to replay the same
+/// inputs through the controller.
+#[derive(Debug)]
+pub struct StepRecord<'a> {
+    pub now: Timestamp,
+    /// The governed workloads evaluated (those holding GPUs and not reclaimed).
+    pub candidates: &'a [Candidate<'a, usize>],
+    /// Each candidate's pods' names, in the order of its `pods`.
+    pub pod_names: Vec<&'a [String]>,
+    pub acted_last_hour: u32,
+    pub planned: &'a [Planned],
+}
+
 /// Replays `trace` under `policy`.
 pub fn run(
     policy_name: &str,
     policy: &GpuPolicySpec,
     trace: &Trace,
     options: &BacktestOptions,
+) -> Backtest {
+    run_observed(policy_name, policy, trace, options, |_| {})
+}
+
+/// [`run`], showing each evaluated step to `observe`.
+pub fn run_observed(
+    policy_name: &str,
+    policy: &GpuPolicySpec,
+    trace: &Trace,
+    options: &BacktestOptions,
+    mut observe: impl FnMut(&StepRecord<'_>),
 ) -> Backtest {
     let rules = Rules::from_spec(policy);
     let step = SignedDuration::from_secs(trace.step_seconds);
@@ -200,28 +244,37 @@ pub fn run(
         unallocated_gpus,
         ..Summary::default()
     };
-    // (workload, decision, replicas holding GPUs now, the softer inference action)
-    let mut pending: Vec<(usize, Decision, usize, Softer)> = Vec::new();
     // Idle spans seen so far (never after `now`): the resumption-risk estimate's input.
     let mut history: Histories<usize> = Histories::new(rules.risk);
-    let steps_per_hour = (3600 / trace.step_seconds).max(1);
     let step_secs = trace.step_seconds.max(1);
     let warm_until =
         trace.first_bucket + (options.warmup.as_secs().max(0) + step_secs - 1) / step_secs;
+    // The warm-up is the controller's start-up backfill: the same raw samples fed into
+    // the history, with nothing classified, warned, acted on or counted.
+    if warm_until > trace.first_bucket {
+        let gpus_of: Vec<(usize, Vec<usize>)> = live
+            .iter()
+            .enumerate()
+            .map(|(wi, w)| (wi, w.gpus.clone()))
+            .collect();
+        let until = ts(warm_until * step_secs);
+        let from = until - CONTROLLER_BACKFILL;
+        backfill(&mut history, trace, &gpus_of, &rules, from, until);
+    }
+    // Workloads evaluated this step: (index into `live`, replicas holding GPUs, highest
+    // activity of any GPU).
+    let mut evaluated: Vec<(usize, usize, f32)> = Vec::new();
 
     for bucket in trace.first_bucket..=trace.last_bucket {
         let now = ts(bucket * trace.step_seconds);
-        pending.clear();
-        // Still warming up: the history learns, the ladder and the report do not.
+        evaluated.clear();
+        // Still warming up: the trackers follow the samples (the controller's queries see
+        // the recent past), the ladder and the report do not.
         let counting = bucket >= warm_until;
-        if bucket % steps_per_hour == 0 {
-            history.prune(now, |_| true);
-        }
         for (wi, w) in live.iter_mut().enumerate() {
             let present = bucket >= w.first_bucket && bucket <= w.last_bucket;
             let mut max_activity = f32::NAN;
             let mut any_busy = false;
-            let mut any_sample = false;
             for (k, &gi) in w.gpus.iter().enumerate() {
                 let g = &trace.gpus[gi];
                 let sample = Sample {
@@ -235,7 +288,6 @@ pub fn run(
                 w.trackers[k].advance(now, has_any.then_some(&sample), &rules);
                 w.trackers[k].fill(&mut w.observations[k]);
                 if let Some(a) = rules.activity(sample.engine_active, sample.gpu_util_percent) {
-                    any_sample = true;
                     max_activity = max_activity.max(a as f32);
                     any_busy |= a >= rules.threshold;
                 }
@@ -271,8 +323,12 @@ pub fn run(
             if w.pods.is_empty() {
                 // A pod known only from DCGM series: it holds its GPUs while they report.
                 holding = present;
+                replicas = usize::from(present);
             }
-            if present && holding && counting {
+            if !counting {
+                continue;
+            }
+            if present && holding {
                 w.held_steps += 1;
             }
 
@@ -280,11 +336,9 @@ pub fn run(
                 let (at, action, hourly, class) = (r.at, r.action, r.hourly_usd, r.class);
                 let fraction = r.reclaimed_share;
                 if !present || !holding || any_busy {
-                    if !any_busy {
-                        // Gone without coming back: idle at least until now.
-                        history.idle(&wi, now);
-                        history.unobserved(&wi, now);
-                    }
+                    // Back (the owner scaled it up: busy) or gone. Either way the
+                    // controller sees it again, or never: the history learns the span's
+                    // end from the next evaluation, or keeps it open.
                     let until = now;
                     let hours = until.duration_since(at).as_secs_f64() / 3600.0;
                     let share: f64 = w.share_hint();
@@ -309,9 +363,8 @@ pub fn run(
                         ..LadderState::default()
                     };
                 } else {
-                    // Known not busy while reclaimed: the idle span in progress runs on.
-                    history.idle(&wi, now);
-                    // Reclaimed time was idle time: it counts in both.
+                    // Reclaimed: in the cluster its GPUs are gone, so the controller does
+                    // not evaluate it. Reclaimed time was idle time: it counts in both.
                     *w.class_steps.entry(class).or_default() += 1;
                     let share = w.share_hint();
                     w.outcome.idle_gpu_hours += share * hours_per_step;
@@ -325,33 +378,60 @@ pub fn run(
                 }
             }
             if !present || !holding {
-                history.unobserved(&wi, now);
-                if counting {
-                    w.record(bucket, max_activity, TimelineState::Absent, options);
+                w.record(bucket, max_activity, TimelineState::Absent, options);
+                continue;
+            }
+            evaluated.push((wi, replicas, max_activity));
+        }
+        if !counting {
+            continue;
+        }
+        while recent_actions
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= SignedDuration::from_hours(1))
+        {
+            recent_actions.pop_front();
+        }
+        let candidates: Vec<Candidate<'_, usize>> = evaluated
+            .iter()
+            .map(|&(wi, replicas, _)| {
+                let w = &live[wi];
+                Candidate {
+                    key: wi,
+                    meta: &w.meta,
+                    pods: &w.pod_states,
+                    gpus: &w.observations,
+                    ladder: w.ladder.clone(),
+                    replicas,
+                    group: None,
+                    blocked: None,
                 }
-                continue;
-            }
-            match (any_sample, any_busy) {
-                (false, _) => history.unobserved(&wi, now),
-                (true, true) => history.busy(&wi, now, step),
-                (true, false) => history.idle(&wi, now),
-            }
-            let decision = evaluate_with(
-                &rules,
-                &w.meta,
-                &w.pod_states,
-                &w.observations,
-                &w.ladder,
-                now,
-                |shape, idle_for| history.estimate(&wi, shape, idle_for),
-            );
+            })
+            .collect();
+        let acted_last_hour = recent_actions.len() as u32;
+        let planned = evaluate_policy(
+            &rules,
+            &candidates,
+            &mut history,
+            acted_last_hour,
+            step,
+            now,
+        );
+        observe(&StepRecord {
+            now,
+            candidates: &candidates,
+            pod_names: evaluated
+                .iter()
+                .map(|&(wi, ..)| live[wi].pod_names.as_slice())
+                .collect(),
+            acted_last_hour,
+            planned: &planned,
+        });
+        drop(candidates);
+        for (&(wi, replicas, max_activity), p) in evaluated.iter().zip(planned) {
+            let w = &mut live[wi];
+            let decision = p.decision;
             let class = &decision.verdict.classification;
-            if let Classification::Idle(shape) = class {
-                history.set_shape(&wi, *shape);
-            }
-            if !counting {
-                continue;
-            }
             *w.class_steps.entry(class.as_str()).or_default() += 1;
             if class.is_idle() {
                 w.outcome.idle_gpu_hours += decision.verdict.gpu_share * hours_per_step;
@@ -369,35 +449,11 @@ pub fn run(
                 _ => TimelineState::NotJudged,
             };
             w.record(bucket, max_activity, drawn, options);
-            let softer = softer_for(policy, &w.meta.kind, replicas, history.get(&wi));
-            pending.push((wi, decision, replicas, softer));
-        }
-
-        while recent_actions
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= SignedDuration::from_hours(1))
-        {
-            recent_actions.pop_front();
-        }
-        {
-            // Request-driven inference under `action.inference`: scaled to its minimum, or
-            // left alone there (as `controller::plan` does).
-            for (_, decision, replicas, softer) in &mut pending {
-                if let Softer::AtMinimum { keep, why } = softer
-                    && decision.step != Step::Nothing
-                {
-                    decision.step = Step::Nothing;
-                    decision.reason = format!(
-                        "{}; request-driven inference ({why}) already at {replicas} replica(s), the policy's action.inference.minReplicas of {keep}: nothing to reclaim",
-                        decision.reason
-                    );
-                }
+            if let Some(action) = p.unsupported
+                && w.outcome.unsupported.is_none()
+            {
+                w.outcome.unsupported = Some(action);
             }
-            let mut refs: Vec<&mut Decision> = pending.iter_mut().map(|(_, d, _, _)| d).collect();
-            limit_actions(&mut refs, recent_actions.len() as u32, rules.max_per_hour);
-        }
-        for (wi, decision, replicas, softer) in pending.drain(..) {
-            let w = &mut live[wi];
             w.outcome.last_reason = decision.reason.clone();
             match decision.step {
                 Step::Warn => {
@@ -408,7 +464,7 @@ pub fn run(
                     // The idle span stays open: when the workload comes back and is busy,
                     // its length is known (as the controller sees an owner's scale-up).
                     w.ladder.reaped_at = Some(now);
-                    let (kept, reclaimed_share, reason) = match softer {
+                    let (kept, reclaimed_share, reason) = match p.softer {
                         Softer::Keep { keep, why } => (
                             Some(keep),
                             // `keep` < replicas, else it would be AtMinimum.
@@ -479,6 +535,7 @@ pub fn run(
     summary.reclaimed_usd = sum(workloads.iter().map(|w| w.reclaimed_usd));
     summary.warnings = workloads.iter().map(|w| w.warnings.len()).sum();
     summary.actions = workloads.iter().map(|w| w.actions.len()).sum();
+    summary.unsupported = workloads.iter().filter(|w| w.unsupported.is_some()).count();
     summary.regrets = workloads
         .iter()
         .flat_map(|w| &w.actions)
@@ -498,25 +555,6 @@ pub fn run(
         workloads,
         summary,
     }
-}
-
-/// The softer inference action (`action.inference`) for a workload of `kind` with
-/// `replicas` replicas now, as the controller plans it.
-fn softer_for(
-    policy: &GpuPolicySpec,
-    kind: &str,
-    replicas: usize,
-    history: Option<&crate::engine::IdleHistory>,
-) -> Softer {
-    if policy.action.type_ != ActionType::ScaleToZero {
-        return Softer::No;
-    }
-    inference::softer(
-        policy.action.inference.as_ref().map(|i| i.min_replicas),
-        !inference::stops_its_own_way(None, kind),
-        replicas,
-        history,
-    )
 }
 
 /// A float sum that is `0.0`, not `-0.0`, when empty (std's starts from `-0.0`).
@@ -564,6 +602,32 @@ impl Live {
     }
 }
 
+/// The policy as it matches a trace's workloads, through [`GpuPolicy::matches`] as in the
+/// controller: kube-state-metrics exports labels under sanitised names
+/// (`app.kubernetes.io/name` → `app_kubernetes_io_name`), so the selectors' keys are
+/// sanitised once, the same way.
+pub fn matching_trace_labels(policy: &GpuPolicySpec) -> GpuPolicy {
+    let mut spec = policy.clone();
+    let m = &mut spec.match_;
+    for selector in [&mut m.namespace_selector, &mut m.workload_selector]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(labels) = selector.match_labels.take() {
+            selector.match_labels = Some(
+                labels
+                    .into_iter()
+                    .map(|(k, v)| (keys::ksm_sanitize(&k), v))
+                    .collect(),
+            );
+        }
+        for e in selector.match_expressions.iter_mut().flatten() {
+            e.key = keys::ksm_sanitize(&e.key);
+        }
+    }
+    GpuPolicy::new("backtest", spec)
+}
+
 /// Groups pods into root workloads, keeps those the policy governs, and prepares their
 /// trackers.
 fn build_workloads(
@@ -572,6 +636,7 @@ fn build_workloads(
     trace: &Trace,
     step: SignedDuration,
 ) -> Vec<Live> {
+    let matcher = matching_trace_labels(policy);
     let mut pods_by_key: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, p) in trace.pods.iter().enumerate() {
         pods_by_key.insert((&p.namespace, &p.name), i);
@@ -680,16 +745,7 @@ fn build_workloads(
                 .get(&namespace)
                 .cloned()
                 .unwrap_or_default();
-            let m = &policy.match_;
-            let sanitize = |k: &str| keys::ksm_sanitize(k);
-            let governed = m
-                .namespace_selector
-                .as_ref()
-                .is_none_or(|s| selector::matches_with(s, &ns_labels, sanitize))
-                && m.workload_selector
-                    .as_ref()
-                    .is_none_or(|s| selector::matches_with(s, &labels, sanitize))
-                && (m.kinds.is_empty() || m.kinds.iter().any(|k| k == &kind));
+            let governed = matcher.matches(&kind, &ns_labels, &labels);
             if !governed || first > last {
                 return;
             }
@@ -720,12 +776,17 @@ fn build_workloads(
                 reclaimed_gpu_hours: 0.0,
                 reclaimed_usd: 0.0,
                 regret: false,
+                unsupported: None,
                 warnings: vec![],
                 actions: vec![],
                 last_reason: String::new(),
                 timeline: None,
             };
+            let mut pod_names: Vec<String> =
+                pods.iter().map(|&pi| trace.pods[pi].name.clone()).collect();
+            pod_names.extend(orphan.map(str::to_string));
             out.push(Live {
+                pod_names,
                 meta: WorkloadMeta {
                     kind,
                     namespace,

@@ -5,13 +5,13 @@
 //! the last `--history-backfill` from Prometheus (chunked range-vector queries of the two
 //! activity families only: the same raw samples `backtest` reads) into the history.
 //!
-//! [`feed`] is pure: the same busy / idle / unobserved steps `backtest` takes, bucket by
-//! bucket, for the workloads that exist now (a pod is mapped to its root workload through
+//! [`feed`] is pure: [`crate::engine::step::backfill`], which `backtest --warmup` runs
+//! too, bucket by bucket, for the workloads that exist now (a pod is mapped to its root workload through
 //! the current inventory; pods gone since are not).
 
 use std::collections::HashMap;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
 use crate::cluster::inventory::{ObjectKey, Workload};
 use crate::engine::{Histories, Rules};
@@ -51,34 +51,13 @@ pub fn feed(
             gpus_of[wi].push(gi);
         }
     }
-    let keys: Vec<ObjectKey> = workloads.iter().map(|w| w.root.key()).collect();
-    let step = SignedDuration::from_secs(trace.step_seconds.max(1));
-    let last = (until.as_second() - 1).div_euclid(trace.step_seconds.max(1));
-    for bucket in trace.first_bucket..=trace.last_bucket.min(last) {
-        let Ok(at) = Timestamp::from_second(bucket * trace.step_seconds) else {
-            continue;
-        };
-        for (wi, gpus) in gpus_of.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
-            let (mut any_sample, mut any_busy) = (false, false);
-            for &gi in gpus {
-                let g = &trace.gpus[gi];
-                let activity = rules.activity(
-                    g.engine_active.get(bucket).map(f64::from),
-                    g.gpu_util.get(bucket).map(f64::from),
-                );
-                if let Some(a) = activity {
-                    any_sample = true;
-                    any_busy |= a >= rules.threshold;
-                }
-            }
-            match (any_sample, any_busy) {
-                (false, _) => history.unobserved(&keys[wi], at),
-                (true, true) => history.busy(&keys[wi], at, step),
-                (true, false) => history.idle(&keys[wi], at),
-            }
-        }
-    }
-    history.prune(until, |_| true);
+    let fed: Vec<(ObjectKey, Vec<usize>)> = workloads
+        .iter()
+        .zip(gpus_of.iter())
+        .map(|(w, gpus)| (w.root.key(), gpus.clone()))
+        .collect();
+    // The same feed `backtest --warmup` runs.
+    crate::engine::step::backfill(history, trace, &fed, rules, Timestamp::MIN, until);
     Backfilled {
         workloads: gpus_of.iter().filter(|g| !g.is_empty()).count(),
         spans: history.spans(),

@@ -1,5 +1,5 @@
-//! One policy's evaluation: which workloads it governs, what the engine says about each,
-//! and the actions `maxPerHour` allows. Pure: the same engine `backtest` replays.
+//! One policy's evaluation: which workloads it governs and their inputs, then the engine's
+//! one decision step ([`evaluate_policy`], which `backtest` calls too) over them. Pure.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -8,13 +8,11 @@ use jiff::{SignedDuration, Timestamp};
 use crate::api::policy::ActionType;
 use crate::api::policy::{self, NamespaceSpend, PolicyMode};
 use crate::api::{GpuPolicy, keys};
-use crate::cluster::actions::{self, WOKEN_AT};
-use crate::cluster::inventory::{ObjectKey, Workload};
-use crate::engine::inference::{self, Softer};
-use crate::engine::model::{
-    Classification, Decision, GpuObservation, LadderState, Step, WorkloadMeta,
-};
-use crate::engine::{Histories, Rules, evaluate_with, limit_actions};
+use crate::cluster::actions::WOKEN_AT;
+use crate::cluster::inventory::{ObjectKey, Workload, group_of};
+use crate::engine::inference::Softer;
+use crate::engine::model::{Decision, GpuObservation, LadderState, WorkloadMeta};
+use crate::engine::{Candidate, Histories, Rules, evaluate_policy};
 use crate::telemetry::prometheus::Observations;
 
 /// What the controller will do for one workload this cycle.
@@ -25,6 +23,8 @@ pub struct Planned {
     pub decision: Decision,
     /// The softer action for request-driven inference (`action.inference`), if it applies.
     pub softer: Softer,
+    /// The policy's action, unsupported on this kind (nothing is done; the reason says so).
+    pub unsupported: Option<ActionType>,
 }
 
 /// A policy's plan for this cycle.
@@ -127,6 +127,8 @@ pub fn plan(
     let mut out = PolicyPlan::default();
     let hour_ago = now - SignedDuration::from_hours(1);
     let mut acted_last_hour = 0u32;
+    // (inventory index, key, meta, pods, GPUs, ladder, blocked) of each governed workload.
+    let mut governed = Vec::new();
     for (i, w) in workloads.iter().enumerate() {
         let root = &w.root;
         let ns_labels = namespaces.get(&root.namespace).unwrap_or(&empty);
@@ -186,90 +188,53 @@ pub fn plan(
                 });
             }
         }
-        // The idle-span history: busy up to the GPUs' last busy instant, idle since, or
-        // not observed (no or too little telemetry: the span in progress is censored).
-        if gpus.is_empty() || gpus.iter().any(|g| g.coverage < rules.min_coverage) {
-            history.unobserved(&key, now);
+        let blocked = if root.deleting {
+            Some(format!("{key} is being deleted"))
         } else {
-            let last_busy = gpus.iter().filter_map(|g| g.last_busy_at).max();
-            if let Some(b) = last_busy {
-                history.busy(&key, b, resolution);
-            }
-            if last_busy.is_none_or(|b| now.duration_since(b) >= resolution) {
-                history.idle(&key, now);
-            }
-        }
-        let mut decision = evaluate_with(
-            &rules,
-            &meta,
-            &pods,
-            &gpus,
-            &ladder,
-            now,
-            |shape, idle_for| history.estimate(&key, shape, idle_for),
-        );
-        if let Classification::Idle(shape) = decision.verdict.classification {
-            history.set_shape(&key, shape);
-        }
-        if let Step::Act(action) = decision.step {
-            let blocked = if root.deleting {
-                Some(format!("{key} is being deleted"))
-            } else {
-                w.unwatched_owner.as_ref().map(|o| {
-                    format!(
-                        "owned by {} {}, a kind gpu-reaper does not manage yet",
-                        o.kind, o.name
-                    )
-                })
-            };
-            if let Some(why) = blocked {
-                decision.step = Step::Nothing;
-                decision.reason = format!("would {action:?} but {why}");
-            }
-        }
-        let softer = if policy.spec.action.type_ == ActionType::ScaleToZero {
-            inference::softer(
-                policy
-                    .spec
-                    .action
-                    .inference
-                    .as_ref()
-                    .map(|i| i.min_replicas),
-                actions::scaled_through_subresource(&root.api_version, &root.kind),
-                w.pods.len(),
-                history.get(&key),
-            )
-        } else {
-            Softer::No
+            w.unwatched_owner.as_ref().map(|o| {
+                format!(
+                    "owned by {} {}, a kind gpu-reaper does not manage yet",
+                    o.kind, o.name
+                )
+            })
         };
-        if let Softer::AtMinimum { keep, why } = &softer
-            && decision.step != Step::Nothing
-        {
-            decision.step = Step::Nothing;
-            decision.reason = format!(
-                "{}; request-driven inference ({why}) already at {} replica(s), the policy's action.inference.minReplicas of {keep}: nothing to reclaim",
-                decision.reason,
-                w.pods.len()
-            );
-        }
-        out.planned.push(Planned {
-            workload: i,
-            decision,
-            softer,
-        });
+        governed.push((i, key, meta, pods, gpus, ladder, blocked));
     }
-    let mut refs: Vec<&mut Decision> = out.planned.iter_mut().map(|p| &mut p.decision).collect();
-    limit_actions(&mut refs, acted_last_hour, rules.max_per_hour);
-    let governed: std::collections::HashSet<ObjectKey> = out
-        .planned
+    let candidates: Vec<Candidate<'_, ObjectKey>> = governed
         .iter()
-        .map(|p| workloads[p.workload].root.key())
+        .map(|(i, key, meta, pods, gpus, ladder, blocked)| Candidate {
+            key: key.clone(),
+            meta,
+            pods,
+            gpus,
+            ladder: ladder.clone(),
+            replicas: workloads[*i].pods.len(),
+            group: Some(group_of(&workloads[*i].root.api_version)),
+            blocked: blocked.clone(),
+        })
         .collect();
-    // A workload acted on keeps its idle span open: once its GPUs are gone it is no
-    // longer governed, so `prune` runs the span on (known not busy) until the owner
-    // brings it back busy, and the span's full length — the action's regret or not — is
-    // learnt, as backtest does.
-    history.prune(now, |k| governed.contains(k));
+    // The one decision step `backtest` takes too. A workload acted on keeps its idle span
+    // open: once its GPUs are gone it is no longer governed, so the history runs the span
+    // on (known not busy) until the owner brings it back busy, and the span's full length
+    // — the action's regret or not — is learnt.
+    let planned = evaluate_policy(
+        &rules,
+        &candidates,
+        history,
+        acted_last_hour,
+        resolution,
+        now,
+    );
+    out.planned = governed
+        .iter()
+        .zip(planned)
+        .map(|((i, ..), p)| Planned {
+            workload: *i,
+            decision: p.decision,
+            softer: p.softer,
+            unsupported: p.unsupported,
+        })
+        .collect();
     out
 }
 
@@ -394,6 +359,7 @@ mod tests {
     use super::*;
     use crate::admission::count::GpuResources;
     use crate::cluster::inventory::{pod_info, resolve};
+    use crate::engine::model::Step;
     use serde_json::json;
 
     fn now() -> Timestamp {
@@ -407,6 +373,31 @@ mod tests {
                      "warn": {"after": "30m"}},
         }))
         .unwrap()
+    }
+
+    /// [`policy`] evicting: what works on the bare pods of [`idle_fleet`] (a bare Pod
+    /// cannot be scaled to zero).
+    fn evicting() -> GpuPolicy {
+        let mut p = policy();
+        p.spec.action.type_ = ActionType::Evict;
+        p
+    }
+
+    #[test]
+    fn scale_to_zero_on_a_bare_pod_is_planned_as_unsupported_not_attempted() {
+        let p = policy();
+        let plan = plan_fleet(&p, &[&p], 1, 0);
+        let planned = &plan.planned[0];
+        assert_eq!(planned.decision.step, Step::Nothing);
+        assert_eq!(planned.unsupported, Some(ActionType::ScaleToZero));
+        assert!(
+            planned
+                .decision
+                .reason
+                .contains("a Pod cannot be scaled to zero"),
+            "{}",
+            planned.decision.reason
+        );
     }
 
     /// A one-GPU pod `ml/name` created a day ago, with `meta` merged into its metadata.
@@ -639,7 +630,7 @@ mod tests {
 
     #[test]
     fn two_hundred_idle_workloads_get_exactly_max_per_hour_actions_longest_idle_first() {
-        let p = policy();
+        let p = evicting();
         let plan = plan_fleet(&p, &[&p], 200, 0);
         assert_eq!(plan.planned.len(), 200);
         assert_eq!(acts(&plan), 20);
@@ -731,18 +722,30 @@ mod tests {
             "{}",
             d.reason
         );
-        // A fresh controller has no history: the fixed durations decide (it acts).
+        // A fresh controller has no history: knowing nothing is not permission (invariant
+        // 13), it waits, and says until when.
         let fresh = plan_fleet(&p, &all, 1, 0);
+        let d = &fresh.planned[0].decision;
+        assert_eq!(d.step, Step::Nothing, "{d:?}");
         assert!(
-            matches!(fresh.planned[0].decision.step, Step::Act(_)),
-            "{:?}",
-            fresh.planned[0].decision
+            d.reason.contains("no comparable history yet")
+                && d.reason.contains("waits until there is"),
+            "{}",
+            d.reason
         );
+        let mut capped = p.clone();
+        capped.spec.idle.max_idle = Some("8h".parse().unwrap());
+        let d = plan_fleet(&capped, &[&capped], 1, 0)
+            .planned
+            .remove(0)
+            .decision;
+        assert_eq!(d.step, Step::Nothing, "{d:?}");
+        assert!(d.reason.contains("waits until 8h"), "{}", d.reason);
     }
 
     #[test]
     fn actions_taken_in_the_last_hour_count_against_the_budget() {
-        let p = policy();
+        let p = evicting();
         // 20 were reclaimed ten minutes ago (their pods are still listed while they stop).
         let plan = plan_fleet(&p, &[&p], 200, 20);
         assert_eq!(acts(&plan), 0);

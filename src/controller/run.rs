@@ -652,6 +652,9 @@ impl Controller {
             Step::Warn => {
                 let rules = Rules::from_spec(&policy.spec);
                 let idle_since = d.verdict.idle_since.unwrap_or(now);
+                // When the engine says the action is due (maxIdle, for a risk-gated policy
+                // that knew nothing until now), not merely action.after.
+                let action_at = d.next_step_at.unwrap_or(idle_since + rules.action_after);
                 let what = match softer {
                     Softer::Keep { keep, why } => format!(
                         "scale it down to {keep} replica(s) instead of zero (request-driven inference: {why})"
@@ -668,7 +671,7 @@ impl Controller {
                     } else {
                         "gpu-reaper"
                     },
-                    idle_since + rules.action_after,
+                    action_at,
                     root.kind.to_lowercase(),
                     root.name,
                     root.namespace,
@@ -703,7 +706,6 @@ impl Controller {
                 }
                 self.notify(root, Severity::Warning, "IdleGpus", note).await;
                 if !channels.is_empty() {
-                    let action_at = idle_since + rules.action_after;
                     let personal = self
                         .personal_message(
                             policy,

@@ -15,9 +15,9 @@ use super::risk::Estimate;
 use super::rules::Rules;
 use crate::api::policy::ActionType;
 
-/// Classifies, prices and decides in one call: what the controller and backtest run for
-/// every governed workload at every evaluation. No idle history: a policy with
-/// `idle.maxResumeRisk` falls back to its fixed durations.
+/// Classifies, prices and decides in one call, with no idle history: a policy with
+/// `idle.maxResumeRisk` knows nothing, so it waits until `idle.maxIdle`. The controller
+/// and backtest use [`super::evaluate_policy`], which calls [`evaluate_with`].
 pub fn evaluate(
     rules: &Rules,
     meta: &WorkloadMeta,
@@ -91,9 +91,17 @@ fn gate(
         });
     }
     match estimate {
-        None => Gate::Open(format!(
-            "; fewer than idle.minIdleSpans ({}) past idle spans this long to estimate the resumption risk: the fixed durations decide",
-            rules.risk.min_spans
+        // Invariant 13: knowing nothing is not permission. Without an estimate the step
+        // waits for the ceiling (maxIdle), never falls back to the shorter fixed durations.
+        None => Gate::Held(format!(
+            "idle {}; no comparable history yet (fewer than idle.minIdleSpans ({}) past idle spans lasted longer than {}): {}",
+            human(idle_for),
+            rules.risk.min_spans,
+            human(idle_for),
+            match rules.max_idle {
+                Some(m) => format!("waits until {} (idle.maxIdle)", human(m)),
+                None => "waits until there is (no idle.maxIdle is set)".into(),
+            }
         )),
         Some(e) if e.risk() <= max => Gate::Open(format!(
             "; {}, within idle.maxResumeRisk ({:.0} %)",
@@ -158,9 +166,10 @@ pub fn decide(
             // due at maxIdle.
             let ceiling = rules.max_idle.map(|m| (m - notice).max(rules.warn_after));
             match gate(rules, estimate.as_ref(), idle_for, ceiling) {
+                // The action is due a notice from now at the earliest.
                 Gate::Open(note) => done(
                     Step::Warn,
-                    None,
+                    Some((idle_since + rules.action_after).max(now + notice)),
                     format!("idle since {idle_since}: warn the owner{note}"),
                 ),
                 Gate::Held(why) => done(Step::Nothing, ceiling.map(|c| idle_since + c), why),

@@ -63,17 +63,17 @@ pub struct Hours {
 /// 1, 3, 4 and 6 all help; 6 spreads the cases least thin and gave the best frontier.
 const SLICE_HOURS: u8 = 6;
 
+/// The quarter of the day (0–3, UTC) of an instant: long pauses are tallied by quarter.
+fn quarter_of(at: Timestamp) -> usize {
+    (at.as_second().rem_euclid(86_400) / (6 * 3600)) as usize
+}
+
 impl Hours {
     fn of(at: Timestamp) -> Self {
         let hour = (at.as_second().rem_euclid(86_400) / 3600) as u8;
         Self {
             first: hour - hour % SLICE_HOURS,
         }
-    }
-
-    /// 0 to 3, for tallies by quarter.
-    fn index(self) -> usize {
-        usize::from(self.first / SLICE_HOURS)
     }
 
     fn words(self) -> String {
@@ -159,14 +159,26 @@ impl Daily {
 /// `backtest --sweep`: 10 and 30 did as well (docs/decision-quality.md).
 pub const PEER_WEIGHT: u32 = 20;
 
+/// The cautious prior every estimate starts from: that the workload resumes within the
+/// horizon (a risk of 100 %)…
+pub const PRIOR_RISK: f64 = 1.0;
+/// …weighing as this many cases. With few comparable spans the prior dominates (the risk
+/// stays high and the gate holds); the data overtake it as cases accumulate: 0 of 36
+/// cases gives 10 %, 0 of 76 gives 5 %. Measured with `backtest --sweep`
+/// (docs/decision-quality.md): 50 % over 2, 4 or 10 cases and 100 % over 2 regretted
+/// more on the production trace.
+pub const PRIOR_CASES: f64 = 4.0;
+
 /// The peers' share an own estimate was blended with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blend {
     /// Peers' spans (the workload's own left out) that outlasted `idle_for` and then ended
     /// within the horizon.
     pub resumed: u32,
-    /// Peers' spans that outlasted `idle_for`.
+    /// Peers' spans that outlasted `idle_for`, censored ones included.
     pub longer: u32,
+    /// Their product-limit probability of resuming within the horizon.
+    pub product_limit: f64,
     /// Which peers.
     pub basis: Basis,
 }
@@ -180,32 +192,43 @@ pub struct Estimate {
     pub horizon: SignedDuration,
     /// Past spans that outlasted `idle_for` and then ended within the horizon.
     pub resumed: u32,
-    /// Past spans that outlasted `idle_for` (the denominator).
+    /// Past spans that outlasted `idle_for` (the cases at risk): finished ones, and the
+    /// censored ones — still open elsewhere, cut short by an action, pods gone — each
+    /// evidence that a span lasted at least as long as it was seen idle.
     pub longer: u32,
+    /// Product-limit (Kaplan–Meier) probability that a span idle for `idle_for` ends
+    /// within the horizon, from these cases: a censored span counts as at risk for as
+    /// long as it was seen idle, and no longer.
+    pub product_limit: f64,
     pub basis: Basis,
-    /// With the own spans: the peers' share they were blended with, weighing
+    /// With the own spans: the peers' estimate they were blended with, weighing
     /// [`PEER_WEIGHT`] cases.
     pub blend: Option<Blend>,
 }
 
 impl Estimate {
-    /// Probability of activity within the horizon (0–1): the share of the cases that
-    /// ended within it, or with a blend, `(resumed + w·peers' share) / (longer + w)`.
+    /// Probability of activity within the horizon (0–1): the product-limit estimate (with
+    /// a blend, `(n·own + w·peers) / (n + w)`) weighed against the cautious prior
+    /// ([`PRIOR_RISK`] over [`PRIOR_CASES`] cases).
     pub fn risk(&self) -> f64 {
-        let (k, n) = (f64::from(self.resumed), f64::from(self.longer));
-        match &self.blend {
+        let n = f64::from(self.longer);
+        let (data, cases) = match &self.blend {
             Some(b) if b.longer > 0 => {
                 let w = f64::from(PEER_WEIGHT);
-                (k + w * f64::from(b.resumed) / f64::from(b.longer)) / (n + w)
+                (
+                    (n * self.product_limit + w * b.product_limit) / (n + w),
+                    n + w,
+                )
             }
-            _ if self.longer == 0 => 1.0,
-            _ => k / n,
-        }
+            _ => (self.product_limit, n),
+        };
+        (cases * data + PRIOR_CASES * PRIOR_RISK) / (cases + PRIOR_CASES)
     }
 
     /// "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of
-    /// 40 cases (5 %)", and with a blend "…in 2 of 12 cases; other MemoryHeld workloads'
-    /// idle spans longer than 3h10m in 8 of 112 (7 %), weighed as 20 cases: 10 %".
+    /// 40 cases (product-limit 5 %): 7 % with the prior", and with a blend "…in 2 of 12
+    /// cases; other MemoryHeld workloads' idle spans longer than 3h10m in 8 of 112
+    /// (product-limit 7 %), weighed as 20 cases: 10 % with the prior".
     pub fn sentence(&self) -> String {
         let t = human(self.idle_for);
         let own = format!(
@@ -215,21 +238,97 @@ impl Estimate {
             self.resumed,
             self.longer,
         );
+        let prior = format!(
+            "{:.0} % with the cautious prior ({:.0} % over {PRIOR_CASES} cases)",
+            self.risk() * 100.0,
+            PRIOR_RISK * 100.0
+        );
         match &self.blend {
             Some(b) => format!(
-                "{own}; {} {t} in {} of {} ({:.0} %), weighed as {PEER_WEIGHT} cases: {:.0} %",
+                "{own} (product-limit {:.0} %); {} {t} in {} of {} (product-limit {:.0} %), weighed as {PEER_WEIGHT} cases: {prior}",
+                self.product_limit * 100.0,
                 describe(b.basis, true),
                 b.resumed,
                 b.longer,
-                if b.longer > 0 {
-                    f64::from(b.resumed) / f64::from(b.longer) * 100.0
-                } else {
-                    0.0
-                },
-                self.risk() * 100.0
+                b.product_limit * 100.0,
             ),
-            None => format!("{own} ({:.0} %)", self.risk() * 100.0),
+            None => format!(
+                "{own} (product-limit {:.0} %): {prior}",
+                self.product_limit * 100.0
+            ),
         }
+    }
+}
+
+/// The cases of one source at `(t, t + h)`, for the product-limit estimate: how many
+/// spans outlasted `t`, and of those, per minute of the horizon, how many resumed and how
+/// many stopped being seen (censored) in that minute.
+#[derive(Debug, Clone, PartialEq)]
+struct Cases {
+    /// Minute bucket of `t`: spans in later buckets outlasted it.
+    first: usize,
+    at_risk: i64,
+    resumed: Vec<i64>,
+    censored: Vec<i64>,
+}
+
+impl Cases {
+    fn new(first: usize, last: usize) -> Self {
+        let width = last.saturating_sub(first);
+        Self {
+            first,
+            at_risk: 0,
+            resumed: vec![0; width],
+            censored: vec![0; width],
+        }
+    }
+
+    /// One span that lasted to `bucket` (resumed there, or censored: seen idle to there).
+    fn add(&mut self, bucket: usize, resumed: bool, delta: i64) {
+        if bucket <= self.first {
+            return;
+        }
+        self.at_risk += delta;
+        let k = bucket - self.first - 1;
+        if k < self.resumed.len() {
+            if resumed {
+                self.resumed[k] += delta;
+            } else {
+                self.censored[k] += delta;
+            }
+        }
+    }
+
+    fn subtract(&mut self, other: &Cases) {
+        self.at_risk -= other.at_risk;
+        for (a, b) in self.resumed.iter_mut().zip(&other.resumed) {
+            *a -= b;
+        }
+        for (a, b) in self.censored.iter_mut().zip(&other.censored) {
+            *a -= b;
+        }
+    }
+
+    fn resumed_total(&self) -> i64 {
+        self.resumed.iter().sum()
+    }
+
+    /// 1 − Π (1 − resumed / at risk) over the minutes of the horizon.
+    fn product_limit(&self) -> f64 {
+        let mut at_risk = self.at_risk as f64;
+        let mut survival = 1.0;
+        for (d, c) in self.resumed.iter().zip(&self.censored) {
+            if at_risk <= 0.0 {
+                break;
+            }
+            survival *= 1.0 - (*d as f64 / at_risk).clamp(0.0, 1.0);
+            at_risk -= (d + c) as f64;
+        }
+        1.0 - survival
+    }
+
+    fn count(n: i64) -> u32 {
+        u32::try_from(n.max(0)).unwrap_or(u32::MAX)
     }
 }
 
@@ -351,40 +450,20 @@ impl IdleHistory {
             bump(&mut self.by_rhythm[Rhythm::of(span.length).index()]);
         }
         if span.length >= LONG_PAUSE_SECS {
-            bump(&mut self.long_by_quarter[Hours::of(span.began).index()]);
+            bump(&mut self.long_by_quarter[quarter_of(span.began)]);
         }
     }
 
-    /// Counts (resumed within the horizon, outlasted `t`) over this workload's spans.
-    fn counts(&self, t: i64, h: i64) -> (u32, u32) {
-        self.counts_where(t, h, |_| true)
-    }
-
-    /// [`Self::counts`] over its spans in the pool `key` only (to leave them out of it).
-    fn counts_in(&self, t: i64, h: i64, key: PoolKey) -> (u32, u32) {
-        let (shape, rhythm, hours) = key;
-        self.counts_where(t, h, |s| {
-            s.shape == Some(shape)
-                && rhythm.is_none_or(|(r, d)| s.rhythm == Some(r) && s.daily == d)
-                && hours.is_none_or(|hr| Hours::of(s.began) == hr)
-        })
-    }
-
-    fn counts_where(&self, t: i64, h: i64, keep: impl Fn(&Span) -> bool) -> (u32, u32) {
-        let (mut resumed, mut longer) = (0, 0);
+    /// Its spans' cases at `(t, t + h)` (see [`Cases`]), of those that `keep`.
+    fn cases_where(
+        &self,
+        cases: &mut Cases,
+        bucket: impl Fn(i64) -> usize,
+        keep: impl Fn(&Span) -> bool,
+    ) {
         for s in self.spans.iter().filter(|s| keep(s)) {
-            if s.resumed {
-                if s.length > t {
-                    longer += 1;
-                    if s.length <= t + h {
-                        resumed += 1;
-                    }
-                }
-            } else if s.length >= t + h {
-                longer += 1;
-            }
+            cases.add(bucket(s.length), s.resumed, 1);
         }
-        (resumed, longer)
     }
 }
 
@@ -392,16 +471,25 @@ impl IdleHistory {
 #[derive(Debug, Clone)]
 struct Buckets {
     tree: Vec<i64>,
+    /// Count in each bucket (the product-limit estimate walks the horizon's minutes).
+    point: Vec<i32>,
 }
 
 impl Buckets {
     fn new(n: usize) -> Self {
         Self {
             tree: vec![0; n + 1],
+            point: vec![0; n],
         }
     }
 
+    fn at(&self, bucket: usize) -> i64 {
+        self.point.get(bucket).map_or(0, |n| i64::from(*n))
+    }
+
     fn add(&mut self, bucket: usize, delta: i64) {
+        let b = bucket.min(self.point.len() - 1);
+        self.point[b] += i32::try_from(delta).unwrap_or(0);
         let mut i = bucket.min(self.tree.len() - 2) + 1;
         while i < self.tree.len() {
             self.tree[i] += delta;
@@ -513,9 +601,22 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         self.pool_add(&span, 1);
     }
 
-    /// The workload was classified idle in `shape`: its spans pool with that shape's.
+    /// The workload was classified idle in `shape`: its spans pool with that shape's. The
+    /// first time, the spans it already has without a shape (a start-up backfill, which
+    /// classifies nothing) join that pool too.
     pub fn set_shape(&mut self, key: &K, shape: IdleShape) {
-        self.by_workload.entry(key.clone()).or_default().shape = Some(shape);
+        let h = self.by_workload.entry(key.clone()).or_default();
+        if h.shape.replace(shape).is_some() {
+            return;
+        }
+        let mut joined = Vec::new();
+        for span in h.spans.iter_mut().filter(|s| s.shape.is_none()) {
+            span.shape = Some(shape);
+            joined.push(*span);
+        }
+        for span in joined {
+            self.pool_add(&span, 1);
+        }
     }
 
     /// Activity at or above the threshold at `at`. Ends the idle span in progress, if
@@ -613,37 +714,35 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         }
     }
 
-    /// Spans still in progress in the pool `pool_key`, other than `key`'s, observed idle
-    /// for at least `seconds`: censored cases that already outlasted `t + h`. Without them
-    /// the pools would lack exactly the longest spans — a retired server's, or one acted
-    /// on that has not come back — and overstate the risk of long idleness.
-    fn open_longer(&self, key: &K, pool_key: PoolKey, seconds: i64) -> i64 {
+    /// Spans still in progress in the pool `pool_key`, other than `key`'s, censored at
+    /// their last idle observation: a retired server's, or one acted on that has not come
+    /// back. Without them the pools would lack exactly the longest spans and overstate the
+    /// risk of long idleness.
+    fn open_cases(&self, key: &K, pool_key: PoolKey, cases: &mut Cases) {
         let (shape, rhythm, hours) = pool_key;
-        let mut n = 0;
         for (k, w) in &self.by_workload {
             let (Some(from), Some(to)) = (w.last_busy, w.last_idle) else {
                 continue;
             };
             if w.shape != Some(shape)
                 || k == key
-                || to.duration_since(from).as_secs() < seconds
                 || rhythm.is_some_and(|(r, d)| w.rhythm() != Some(r) || w.daily() != d)
                 || hours.is_some_and(|h| Hours::of(from) != h)
             {
                 continue;
             }
-            n += 1;
+            cases.add(self.bucket(to.duration_since(from).as_secs()), false, 1);
         }
-        n
     }
 
     /// The resumption risk of `key`, idle in `shape` for `idle_for`. The first source
-    /// with `min_spans` qualifying cases among the pooled spans (finished, and the other
-    /// workloads' in progress) of its shape and rhythm that began in the same quarter of
-    /// the day as its span in progress, of its shape in that quarter, of its shape and
-    /// rhythm, of its shape. When its own spans have `min_spans` qualifying cases too, they
-    /// decide, blended with that source's other workloads' spans weighing [`PEER_WEIGHT`]
-    /// cases. None when neither has enough cases.
+    /// with `min_spans` cases that outlasted `idle_for` among the pooled spans (finished,
+    /// censored, and the other workloads' in progress) of its shape and rhythm that began
+    /// in the same quarter of the day as its span in progress, of its shape in that
+    /// quarter, of its shape and rhythm, of its shape. When its own spans have `min_spans`
+    /// such cases too, they decide, blended with that source's other workloads' spans
+    /// weighing [`PEER_WEIGHT`] cases. None when neither has enough cases: then nothing
+    /// is known, and the gate waits.
     pub fn estimate(
         &self,
         key: &K,
@@ -651,9 +750,17 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         idle_for: SignedDuration,
     ) -> Option<Estimate> {
         let (t, h) = (idle_for.as_secs(), self.params.horizon.as_secs());
-        let min = self.params.min_spans.max(1);
+        let (tb, thb) = (self.bucket(t), self.bucket(t + h));
+        let min = i64::from(self.params.min_spans.max(1));
         let own = self.by_workload.get(key);
-        let own_counts = own.map(|w| w.counts(t, h)).filter(|c| c.1 >= min);
+        let bucket = |secs: i64| self.bucket(secs);
+        let own_cases = own
+            .map(|w| {
+                let mut c = Cases::new(tb, thb);
+                w.cases_where(&mut c, bucket, |_| true);
+                c
+            })
+            .filter(|c| c.at_risk >= min);
         let rhythm = own.and_then(IdleHistory::rhythm);
         let daily = own.map_or(Daily(false), IdleHistory::daily);
         // The hours of the day this span began in (its last busy instant).
@@ -678,67 +785,69 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         ];
         let mut peers = None;
         for (pool_key, basis) in candidates.into_iter().flatten() {
-            let (mut resumed, mut longer) = self.pool_counts(key, pool_key, t, h);
-            if own_counts.is_some() {
+            let mut cases = self.pool_cases(key, pool_key, tb, thb);
+            if own_cases.is_some()
+                && let Some(w) = own
+            {
                 // Blended with the own spans: the others' only.
-                let (r, l) = own.map_or((0, 0), |w| w.counts_in(t, h, pool_key));
-                resumed = resumed.saturating_sub(r);
-                longer = longer.saturating_sub(l);
+                let (shape, rhythm, hours) = pool_key;
+                let mut mine = Cases::new(tb, thb);
+                w.cases_where(&mut mine, bucket, |s| {
+                    s.shape == Some(shape)
+                        && rhythm.is_none_or(|(r, d)| s.rhythm == Some(r) && s.daily == d)
+                        && hours.is_none_or(|hr| Hours::of(s.began) == hr)
+                });
+                cases.subtract(&mine);
             }
-            if longer >= min {
-                peers = Some((resumed, longer, basis));
+            if cases.at_risk >= min {
+                peers = Some((cases, basis));
                 break;
             }
         }
-        let estimate = |(resumed, longer), basis, blend| Estimate {
+        let estimate = |c: &Cases, basis, blend| Estimate {
             idle_for,
             horizon: self.params.horizon,
-            resumed,
-            longer,
+            resumed: Cases::count(c.resumed_total()),
+            longer: Cases::count(c.at_risk),
+            product_limit: c.product_limit(),
             basis,
             blend,
         };
-        match (own_counts, peers) {
-            (Some(counts), Some((resumed, longer, basis))) => Some(estimate(
-                counts,
+        match (own_cases, peers) {
+            (Some(mine), Some((theirs, basis))) => Some(estimate(
+                &mine,
                 Basis::Own,
                 Some(Blend {
-                    resumed,
-                    longer,
+                    resumed: Cases::count(theirs.resumed_total()),
+                    longer: Cases::count(theirs.at_risk),
+                    product_limit: theirs.product_limit(),
                     basis,
                 }),
             )),
-            (Some(counts), None) => Some(estimate(counts, Basis::Own, None)),
-            (None, Some((resumed, longer, basis))) => {
-                Some(estimate((resumed, longer), basis, None))
-            }
+            (Some(mine), None) => Some(estimate(&mine, Basis::Own, None)),
+            (None, Some((theirs, basis))) => Some(estimate(&theirs, basis, None)),
             (None, None) => None,
         }
     }
 
-    /// (resumed within the horizon, outlasted `t`) over the pool `pool_key`: its finished
-    /// spans and the spans in progress of workloads other than `key`.
-    fn pool_counts(&self, key: &K, pool_key: PoolKey, t: i64, h: i64) -> (u32, u32) {
-        // Minute buckets: "longer than t" is every span from bucket t/60 + 1 up.
-        let tb = self.bucket(t);
-        let thb = self.bucket(t + h);
-        let (resumed, longer_resumed, censored) = match self.pool.get(&pool_key) {
-            Some(pool) => (
-                pool.resumed.prefix(thb) - pool.resumed.prefix(tb),
-                pool.resumed.total() - pool.resumed.prefix(tb),
-                match thb {
-                    0 => pool.censored.total(),
-                    b => pool.censored.total() - pool.censored.prefix(b - 1),
-                },
-            ),
-            // No finished span yet: only spans in progress can count.
-            None => (0, 0, 0),
-        };
-        let open = self.open_longer(key, pool_key, t + h);
-        (
-            u32::try_from(resumed).unwrap_or(u32::MAX),
-            u32::try_from(longer_resumed + censored + open).unwrap_or(u32::MAX),
-        )
+    /// The cases of the pool `pool_key` at `(t, t + h)` (minute buckets `tb`, `thb`): its
+    /// finished and censored spans, and the spans in progress of workloads other than
+    /// `key`.
+    fn pool_cases(&self, key: &K, pool_key: PoolKey, tb: usize, thb: usize) -> Cases {
+        let mut cases = Cases::new(tb, thb);
+        if let Some(pool) = self.pool.get(&pool_key) {
+            cases.at_risk = pool.resumed.total() - pool.resumed.prefix(tb) + pool.censored.total()
+                - pool.censored.prefix(tb);
+            for b in tb + 1..=thb {
+                let k = b - tb - 1;
+                if k < cases.resumed.len() {
+                    cases.resumed[k] = pool.resumed.at(b);
+                    cases.censored[k] = pool.censored.at(b);
+                }
+            }
+        }
+        self.open_cases(key, pool_key, &mut cases);
+        cases
     }
 }
 
@@ -785,10 +894,12 @@ mod tests {
             .estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_hours(2))
             .unwrap();
         assert_eq!((e.resumed, e.longer, e.basis), (2, 4, Basis::Own));
-        assert_eq!(e.risk(), 0.5);
+        assert_eq!(e.product_limit, 0.5);
+        // Four cases against the prior's four: (4 × 50 % + 4 × 100 %) / 8.
+        assert_eq!(e.risk(), 0.75);
         assert_eq!(
             e.sentence(),
-            "idle 2h; this workload's idle spans longer than 2h ended within 2h in 2 of 4 cases (50 %)"
+            "idle 2h; this workload's idle spans longer than 2h ended within 2h in 2 of 4 cases (product-limit 50 %): 75 % with the cautious prior (100 % over 4 cases)"
         );
     }
 
@@ -821,14 +932,60 @@ mod tests {
         feed(&mut h, 2, 0, &lens[100..]);
         for idle in [30, 60, 125, 240, 600] {
             let d = SignedDuration::from_mins(idle);
-            let (a, b) = (h.get(&1).unwrap(), h.get(&2).unwrap());
-            let (r1, l1) = a.counts(d.as_secs(), 7200);
-            let (r2, l2) = b.counts(d.as_secs(), 7200);
+            let (tb, thb) = (h.bucket(d.as_secs()), h.bucket(d.as_secs() + 7200));
+            let mut both = Cases::new(tb, thb);
+            for w in [1, 2] {
+                h.get(&w)
+                    .unwrap()
+                    .cases_where(&mut both, |s| h.bucket(s), |_| true);
+            }
             // A workload with no spans of its own gets the pool: both workloads' spans.
             let e = h.estimate(&3, IdleShape::MemoryHeld, d).unwrap();
             assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
-            assert_eq!((e.resumed, e.longer), (r1 + r2, l1 + l2), "idle {idle}m");
+            assert_eq!(
+                (e.resumed, e.longer),
+                (
+                    Cases::count(both.resumed_total()),
+                    Cases::count(both.at_risk)
+                ),
+                "idle {idle}m"
+            );
+            assert!((e.product_limit - both.product_limit()).abs() < 1e-12);
         }
+    }
+
+    #[test]
+    fn the_product_limit_counts_a_censored_span_at_risk_for_as_long_as_it_was_seen_idle() {
+        let mut h = Histories::new(params(1));
+        h.set_shape(&1, IdleShape::Unused);
+        // Resumed after 150 minutes.
+        h.busy(&1, t(0), STEP);
+        for m in 1..150 {
+            h.idle(&1, t(m));
+        }
+        h.busy(&1, t(150), STEP);
+        // Seen idle for 200 minutes, then its pods went away.
+        for m in 151..=350 {
+            h.idle(&1, t(m));
+        }
+        h.unobserved(&1, t(351));
+        // Idle 2h: both lasted longer. The first resumed with both at risk (1/2); the second
+        // left the risk set at 200 minutes without resuming: 50 %, where dropping it would
+        // say 100 % and counting it as lasting past 4h would say 50 % only by luck.
+        let e = h
+            .estimate(&2, IdleShape::Unused, SignedDuration::from_hours(2))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer), (1, 2));
+        assert!((e.product_limit - 0.5).abs() < 1e-12, "{e:?}");
+        // With the cautious prior: (2 × 50 % + 4 × 100 %) / 6.
+        assert!((e.risk() - 5.0 / 6.0).abs() < 1e-12);
+        // Idle 3h: only the censored span lasted longer, and it ended no span: 0 %, which
+        // one case cannot make more than a third of the way from the prior.
+        let e = h
+            .estimate(&2, IdleShape::Unused, SignedDuration::from_hours(3))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer, e.product_limit), (0, 1, 0.0));
+        assert!((e.risk() - PRIOR_CASES * PRIOR_RISK / (1.0 + PRIOR_CASES)).abs() < 1e-12);
     }
 
     #[test]
@@ -859,7 +1016,7 @@ mod tests {
         assert_eq!((e.resumed, e.longer), (0, 12));
         assert_eq!(
             e.sentence(),
-            "idle 30m; idle spans of MemoryHeld workloads with a typical idle span under 4m and no recurring long pause longer than 30m ended within 2h in 0 of 12 cases (0 %)"
+            "idle 30m; idle spans of MemoryHeld workloads with a typical idle span under 4m and no recurring long pause longer than 30m ended within 2h in 0 of 12 cases (product-limit 0 %): 25 % with the cautious prior (100 % over 4 cases)"
         );
         // A workload without a rhythm yet gets every peer of its shape.
         let e = h
@@ -952,14 +1109,16 @@ mod tests {
             blend.basis,
             Basis::Peers(IdleShape::MemoryHeld, Some(_))
         ));
-        // (0 + 20 × 1) / (5 + 20) = 80 %, not the 0 % of its own five cases.
-        assert!((e.risk() - 0.8).abs() < 1e-9, "{}", e.risk());
+        // (0 + 20 × 1) / (5 + 20) = 80 %, not the 0 % of its own five cases; then the
+        // prior: (25 × 80 % + 2 × 50 %) / 27.
+        let want = (25.0 * 0.8 + PRIOR_CASES * PRIOR_RISK) / (25.0 + PRIOR_CASES);
+        assert!((e.risk() - want).abs() < 1e-9, "{}", e.risk());
         let sentence = e.sentence();
         assert!(
             sentence.starts_with(
-                "idle 2h1m; this workload's idle spans longer than 2h1m ended within 2h in 0 of 5 cases; other MemoryHeld workloads' idle spans that began in "
+                "idle 2h1m; this workload's idle spans longer than 2h1m ended within 2h in 0 of 5 cases (product-limit 0 %); other MemoryHeld workloads' idle spans that began in "
             ) && sentence.ends_with(&format!(
-                "in {0} of {0} (100 %), weighed as 20 cases: 80 %",
+                "in {0} of {0} (product-limit 100 %), weighed as 20 cases: 83 % with the cautious prior (100 % over 4 cases)",
                 blend.longer
             )),
             "{sentence}"
@@ -971,11 +1130,13 @@ mod tests {
             .estimate(&1, IdleShape::MemoryHeld, SignedDuration::from_mins(121))
             .unwrap();
         assert_eq!((e.resumed, e.longer, &e.blend), (0, 5, &None));
-        assert_eq!(e.risk(), 0.0);
+        // Five lucky cases are not a zero risk: the prior weighs two of them.
+        let want = PRIOR_CASES * PRIOR_RISK / (5.0 + PRIOR_CASES);
+        assert!((e.risk() - want).abs() < 1e-9, "{}", e.risk());
     }
 
     #[test]
-    fn censored_spans_count_only_once_they_outlasted_the_horizon() {
+    fn censored_spans_are_cases_up_to_their_last_idle_observation() {
         let mut h = Histories::new(params(1));
         h.set_shape(&1, IdleShape::Unused);
         h.busy(&1, t(0), STEP);
@@ -988,15 +1149,19 @@ mod tests {
             h.idle(&1, t(m));
         }
         h.unobserved(&1, t(431));
-        // Idle 1h: the 300-minute censored span outlasted 1h + 2h; the 30-minute one is
-        // shorter than 1h and unknown.
+        // Idle 1h: the 300-minute censored span outlasted 1h; the 30-minute one did not.
         let e = h
             .estimate(&1, IdleShape::Unused, SignedDuration::from_hours(1))
             .unwrap();
         assert_eq!((e.resumed, e.longer), (0, 1));
-        // Idle 4h: the 300-minute span was seen idle only to 5h, not to 6h: unknown.
+        // Idle 4h: the 300-minute span was seen idle to 5h: a case at risk until then.
+        let e = h
+            .estimate(&1, IdleShape::Unused, SignedDuration::from_hours(4))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer), (0, 1));
+        // Idle 5h: it did not outlast that: nothing known.
         assert!(
-            h.estimate(&1, IdleShape::Unused, SignedDuration::from_hours(4))
+            h.estimate(&1, IdleShape::Unused, SignedDuration::from_hours(5))
                 .is_none()
         );
     }
@@ -1085,7 +1250,7 @@ mod tests {
         assert_eq!((e.resumed, e.longer), (0, 6));
         assert_eq!(
             e.sentence(),
-            "idle 1h; MemoryHeld workloads' idle spans that began in 18:00–00:00 UTC as this one did and lasted longer than 1h ended within 2h in 0 of 6 cases (0 %)"
+            "idle 1h; MemoryHeld workloads' idle spans that began in 18:00–00:00 UTC as this one did and lasted longer than 1h ended within 2h in 0 of 6 cases (product-limit 0 %): 40 % with the cautious prior (100 % over 4 cases)"
         );
         // Idle for an hour since 12:30: the six lunch pauses all ended within the horizon.
         let e = ask(&mut h, 3, clock(6, 12, 30), 60).unwrap();
@@ -1159,9 +1324,14 @@ mod tests {
             .unwrap();
         assert_eq!(e.basis, Basis::Peers(IdleShape::MemoryHeld, None));
         assert_eq!((e.resumed, e.longer), (0, 1));
-        // Idle 4h: it was seen idle to 5h, not to 6h: unknown.
+        // Idle 4h: it was seen idle to 5h: a case, censored there.
+        let e = h
+            .estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(4))
+            .unwrap();
+        assert_eq!((e.resumed, e.longer, e.product_limit), (0, 1, 0.0));
+        // Idle 5h: not outlasted: unknown.
         assert!(
-            h.estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(4))
+            h.estimate(&2, IdleShape::MemoryHeld, SignedDuration::from_hours(5))
                 .is_none()
         );
         // A workload's own span in progress is no case for itself.

@@ -28,6 +28,8 @@ pub struct Rules {
     pub warn_after: SignedDuration,
     pub action: ActionType,
     pub action_after: SignedDuration,
+    /// `action.inference.minReplicas`: request-driven inference keeps this many replicas.
+    pub inference_min_replicas: Option<i32>,
     pub max_per_hour: u32,
     pub max_snooze: SignedDuration,
     pub default_hourly_usd: f64,
@@ -66,6 +68,7 @@ impl Rules {
             warn_after: dur(&spec.warn.after),
             action: spec.action.type_,
             action_after: dur(&spec.action.after),
+            inference_min_replicas: spec.action.inference.as_ref().map(|i| i.min_replicas),
             max_per_hour: spec.action.max_per_hour,
             max_snooze: dur(&spec.exemptions.max_snooze),
             default_hourly_usd: spec.cost.default_hourly_usd,

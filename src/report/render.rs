@@ -147,6 +147,13 @@ pub fn table(b: &Backtest) -> String {
         s.regret_rate * 100.0,
         s.rate_limited
     );
+    if s.unsupported > 0 {
+        let _ = writeln!(
+            out,
+            "Unsupported: {} workload(s) whose kind the policy's action does not apply to (nothing reclaimed; see last_reason in --format json)",
+            s.unsupported
+        );
+    }
     out
 }
 
@@ -220,7 +227,7 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
     if cold {
         let _ = writeln!(
             out,
-            "\nnote: the replay started with no idle history, so the risk levels acted on fixed durations until it had some; a controller starts with --history-backfill (24h). Add --warmup 24h to compare them as the controller runs."
+            "\nnote: this is a controller installed at the trace's start, with no idle history before it: the risk levels wait (up to idle.maxIdle) until they have comparable spans. --warmup D replays one installed D later, whose --history-backfill reads back those D (at most 24h)."
         );
     }
     out
