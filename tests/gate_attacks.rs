@@ -295,6 +295,21 @@ fn a_pod_naming_ten_8_gpu_resource_claims_counts_80_gpus() {
 }
 
 #[test]
+fn a_namespace_over_what_it_may_hold_still_gets_writes_that_add_no_gpus() {
+    let mut s = snapshot(vec![enforce()], vec![]);
+    // An attestation expired: the namespace holds 64 GPUs, more than its 8.
+    s.add_held(NS, BTreeMap::new(), 64.0);
+    let web = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c"}]}}}});
+    assert!(decide(&s, &create(web)).allowed());
+    assert_eq!(
+        decide(&s, &create(job("more", json!({}), 1, 1))).verdict,
+        Verdict::Deny
+    );
+}
+
+#[test]
 fn resource_claims_count_against_the_namespace_total() {
     let claim = |name: &str| {
         json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

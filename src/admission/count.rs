@@ -2060,13 +2060,22 @@ mod tests {
     }
 
     #[test]
-    fn cron_job_counts_one_run_of_its_job_template() {
+    fn cron_job_counts_one_run_of_its_job_template_and_overlapping_runs_are_open_ended() {
         // Derived: jobTemplate parallelism 2 × 4 GPUs = 8.
-        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+        let mut cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
             "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"parallelism": 2, "template": gpu_template(4)}}}});
         let c = claim(&cron);
         assert_eq!(c.gpus, 8.0);
         assert_eq!(c.basis, "parallelism 2 × 4 GPUs per run");
+        // concurrencyPolicy defaults to Allow: runs may overlap without bound.
+        assert!(c.open_ended.unwrap().contains("Forbid or Replace"));
+        cron["spec"]["concurrencyPolicy"] = json!("Replace");
+        assert_eq!(claim(&cron).open_ended, None);
+        cron["spec"]["concurrencyPolicy"] = json!("Sometimes");
+        assert!(
+            error_text(&cron)
+                .starts_with("spec.concurrencyPolicy: expected Allow, Forbid or Replace")
+        );
     }
 
     #[test]

@@ -673,6 +673,11 @@ impl<'a> Gate<'a> {
         // counted when they were created, and an update's pods already run.
         let own = |c: &Claim| (c.gpus - c.named_claim_gpus).max(0.0);
         let added = (own(claim) - before.map_or(0.0, own)).max(0.0);
+        // Nothing new and small (most writes: a Deployment without GPUs, a pod naming a
+        // claim already held): admitted even in a namespace over what it may hold.
+        if added <= 0.0 && gpus <= f64::from(self.rules.large_claim_gpus) {
+            return allow(Reason::WithinLimit, None);
+        }
         let in_namespace: Vec<&ReadinessAttestation> = snapshot
             .attestations
             .get(self.namespace)
