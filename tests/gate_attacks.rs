@@ -668,6 +668,12 @@ fn a_spec_change_must_name_its_author_and_the_record_cannot_be_forged() {
     forged["metadata"]["annotations"] = json!({"gpureaper.io/spec-changed-by": "nobody"});
     let d = decide(&s, &request("UPDATE", forged, Some(old.clone()), "mallory"));
     assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    // Erasing the record goes in, but then nobody can approve it (see the test above).
+    let mut erased = widened.clone();
+    erased["metadata"]["annotations"] = json!({});
+    let d = decide(&s, &request("UPDATE", erased, Some(old.clone()), "mallory"));
+    assert!(d.allowed(), "{d:?}");
+    assert!(d.warnings[0].contains("cannot be approved"), "{d:?}");
     // With the record the mutating webhook writes, the edit goes in.
     widened["metadata"]["annotations"] = json!({"gpureaper.io/spec-changed-by": "mallory"});
     assert!(decide(&s, &request("UPDATE", widened, Some(old), "mallory")).allowed());

@@ -178,10 +178,13 @@ pub async fn set_approval(client: Client, target: &AttestTarget, approve: bool) 
             .await
         {
             Ok(_) => {
+                if approve {
+                    // What was approved, for the approver's terminal; stdout keeps one line.
+                    eprint!("{}", spec_text(&current));
+                }
                 return Ok(if approve {
                     format!(
-                        "{}readinessattestation {full} approved by {approver} for generation {}",
-                        spec_text(&current),
+                        "readinessattestation {full} approved by {approver} for generation {}",
                         generation.unwrap_or(0)
                     )
                 } else {

@@ -191,7 +191,11 @@ pub fn validate(request: &AdmissionRequest, now: Timestamp) -> Decision {
     }
     let spec_changed = spec_changed(request, object);
     let recorded = spec_changed_by(object);
-    if spec_changed && recorded != Some(request.user_info.username.as_str()) {
+    // No record at all: the mutating webhook did not run. Admitted, but it cannot be
+    // approved until its author applies it again with the webhook running (fail closed
+    // where it matters). A record naming someone else is a forgery: refused.
+    let unrecorded = spec_changed && recorded.is_none();
+    if spec_changed && recorded.is_some() && recorded != Some(request.user_info.username.as_str()) {
         return deny(
             &name,
             format!(
@@ -224,6 +228,11 @@ pub fn validate(request: &AdmissionRequest, now: Timestamp) -> Decision {
     }
     let selector = &attestation.spec.selector;
     let mut decision = verdict(Verdict::Allow, Reason::AttestationValid, None);
+    if unrecorded {
+        decision.warnings.push(format!(
+            "ReadinessAttestation {name} does not record who changed its spec (annotation {SPEC_CHANGED_BY}, written by gpu-reaper's mutating webhook), so it cannot be approved until it is applied again with that webhook running."
+        ));
+    }
     if selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && selector
             .match_expressions

@@ -552,6 +552,11 @@ pub async fn run(
         ),
     ];
     for (name, resource, api_version, kind) in scalable {
+        // A kind the server does not serve (or RBAC hides) must not hold readiness back:
+        // its scales are then judged as of an unknown parent, open-ended (fail closed).
+        if !readable(&client, &resource).await {
+            continue;
+        }
         folds.scalable.insert(name, Fold::new(false));
         let resources = resources.clone();
         let pick: fn(&mut Folds) -> Option<&mut Fold<Scalable>> = match name {
