@@ -1,6 +1,7 @@
 //! The budget gate's pure decision: `admit()` on a snapshot of 10,000 attestations, and
-//! the AdmissionReview parse in front of it. `cargo bench --bench admission`; figures in
-//! docs/performance.md.
+//! the AdmissionReview parse in front of it; a 1.6 MB PyTorchJob of 6,000 roles (parse
+//! and decide: counting must stay linear in the object's size, G4).
+//! `cargo bench --bench admission`; figures in docs/performance.md.
 
 #[path = "support/admission_load.rs"]
 mod admission_load;
@@ -52,5 +53,48 @@ fn bench(c: &mut Criterion) {
     });
 }
 
+/// An AdmissionReview creating a PyTorchJob of 6,000 replica roles, each with its own
+/// labels and one GPU: about 1.6 MB.
+fn big_pytorchjob_review() -> Vec<u8> {
+    let mut roles = serde_json::Map::new();
+    for i in 0..6000 {
+        roles.insert(
+            format!("Role{i:05}"),
+            serde_json::json!({"replicas": 1, "template": {
+                "metadata": {"labels": {"app": "llama", "role": format!("r{i}"), "pad": "p".repeat(150)}},
+                "spec": {"containers": [{"name": "main", "image": "trainer",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}),
+        );
+    }
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "big", "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+            "name": "big", "namespace": "ns-0", "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "metadata": {"name": "big", "namespace": "ns-0"},
+                "spec": {"pytorchReplicaSpecs": roles}}}}))
+    .unwrap()
+}
+
+fn bench_big(c: &mut Criterion) {
+    let snapshot = admission_load::snapshot();
+    let settings = Settings::default();
+    let now = jiff::Timestamp::now();
+    let body = big_pytorchjob_review();
+    eprintln!("big review: {} bytes", body.len());
+    c.bench_function("admission/parse_and_admit_1_6_mb_pytorchjob", |b| {
+        b.iter(|| {
+            let request = review::parse(black_box(&body)).unwrap();
+            admit(&request, &snapshot, &settings, now)
+        })
+    });
+}
+
+criterion_group! {
+    name = big;
+    config = Criterion::default().sample_size(10);
+    targets = bench_big
+}
 criterion_group!(benches, bench);
-criterion_main!(benches);
+criterion_main!(benches, big);

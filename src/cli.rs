@@ -189,6 +189,13 @@ pub struct GpuCountArgs {
     /// GPUs a DRA request with `allocationMode: All` counts as.
     #[arg(long, env = "GPU_REAPER_DRA_ALL_GPUS", default_value_t = 8.0)]
     pub dra_all_gpus: f64,
+    /// Usernames whose writes of controller-owned objects (pods of a gated ReplicaSet,
+    /// Jobs of a gated CronJob, …) are not gated again (repeat or comma-separate).
+    /// Default: kube-controller-manager's identities; add operators that create pods or
+    /// workloads for a gated owner, e.g. system:serviceaccount:ray-system:kuberay-operator.
+    #[arg(long = "trusted-controller", env = "GPU_REAPER_TRUSTED_CONTROLLERS", value_delimiter = ',',
+          default_values_t = crate::admission::decide::DEFAULT_TRUSTED_CONTROLLERS.map(String::from).to_vec())]
+    pub trusted_controllers: Vec<String>,
 }
 
 /// `gpu-reaper webhook`.
@@ -266,12 +273,20 @@ pub struct AttestTarget {
     /// Why (recorded in the Approved condition's message).
     #[arg(long)]
     pub message: Option<String>,
+    /// The `metadata.generation` of the spec you reviewed (`gpu-reaper attest approve`
+    /// prints it with the spec). Required to approve: the approval is refused if the spec
+    /// has changed since, so it never covers a spec nobody saw.
+    #[arg(long)]
+    pub generation: Option<i64>,
 }
 
 /// `gpu-reaper check`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CheckArgs {
-    /// Manifests to check (YAML, several documents per file allowed; `-` reads stdin).
+    /// Manifests to check (YAML or JSON, several documents per file and `kind: List`
+    /// allowed, as `kubectl get -o yaml` writes; `-` reads stdin). All of them are judged
+    /// as one apply: each claim counts against the namespace's totals with the ones
+    /// before it.
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
     /// GpuPolicy files or directories of them.
@@ -291,6 +306,10 @@ pub struct CheckArgs {
     /// Decide as of this time (RFC 3339) instead of now.
     #[arg(long)]
     pub now: Option<String>,
+    /// Nodes that offer GPUs, for DaemonSets (one pod on each). Absent: a DaemonSet that
+    /// asks for GPUs is an open-ended claim.
+    #[arg(long)]
+    pub gpu_nodes: Option<u64>,
     /// Output: one line per object, or JSON.
     #[arg(short = 'o', long, value_enum, default_value_t = CheckOutput::Text)]
     pub output: CheckOutput,

@@ -229,6 +229,8 @@ async fn each_real_workload_kind_is_counted_and_gated_when_it_claims_gpus() {
             "kubewarden-policies__user-group-psp-policy__job_root_user.json",
             "9",
         ),
+        // With concurrencyPolicy Forbid (the fixture's Allow is open-ended: a run per
+        // schedule may pile up, tests/gate_attacks.rs), one run.
         (
             "kubewarden-policies__user-group-psp-policy__cronjob_root_user.json",
             "9",
@@ -239,7 +241,11 @@ async fn each_real_workload_kind_is_counted_and_gated_when_it_claims_gpus() {
             "18",
         ),
     ] {
-        let response = validate(&app, &with_gpus(review(file), 9)).await;
+        let mut r = with_gpus(review(file), 9);
+        if r["request"]["object"]["kind"] == "CronJob" {
+            r["request"]["object"]["spec"]["concurrencyPolicy"] = json!("Forbid");
+        }
+        let response = validate(&app, &r).await;
         assert_eq!(response["allowed"], false, "{file}: {response}");
         let message = response["status"]["message"].as_str().unwrap();
         assert!(
@@ -359,12 +365,13 @@ async fn a_namespace_over_its_budget_gets_large_claims_denied_even_when_attested
         )),
         "{message}"
     );
-    // A small claim is still admitted, and last month's figure does not count.
+    // Over budget, the namespace gets no new GPUs, small claims neither (G3); last
+    // month's figure does not count.
     let small = with_gpus(
         review("kubewarden-policies__user-group-psp-policy__job_root_user.json"),
         2,
     );
-    assert_eq!(validate(&app, &small).await["allowed"], true);
+    assert_eq!(validate(&app, &small).await["allowed"], false);
     p.status.as_mut().unwrap().namespace_spend[0].month = "1999-01".into();
     let fresh = super_app(snapshot(
         vec![Arc::new(p)],
@@ -422,10 +429,10 @@ async fn a_pod_created_by_a_controller_is_not_gated_twice() {
         r["request"]["userInfo"]["username"] = json!(user);
         assert_eq!(validate(&app, &r).await["allowed"], false, "{user}");
     }
-    // …a ServiceAccount of another namespace whose name merely starts the same does not
-    // count as the namespace's own…
+    // …nor any ServiceAccount of another namespace, which is not a listed controller
+    // (G7: never a `system:` prefix)…
     r["request"]["userInfo"]["username"] = json!(format!("system:serviceaccount:{ns}x:op"));
-    assert_eq!(validate(&app, &r).await["allowed"], true);
+    assert_eq!(validate(&app, &r).await["allowed"], false);
     // …and the Job controller creating its pod does.
     r["request"]["userInfo"]["username"] =
         json!("system:serviceaccount:kube-system:job-controller");
@@ -514,10 +521,19 @@ async fn metrics_are_served_as_openmetrics_text() {
     assert!(text.ends_with("# EOF\n"));
 }
 
-fn attestation_review(operation: &str, sub_resource: Option<&str>, object: Value) -> Value {
+/// A write of the attestation `object`: the spec by its author alice (as the mutating
+/// webhook records her), the status by the approver platform-oncall.
+fn attestation_review(operation: &str, sub_resource: Option<&str>, mut object: Value) -> Value {
+    object["metadata"]["annotations"] = json!({"gpureaper.io/spec-changed-by": "alice"});
+    let user = if sub_resource.is_some() {
+        "platform-oncall"
+    } else {
+        "alice"
+    };
     let mut request = json!({
         "uid": "a1", "kind": {"group": "gpureaper.io", "version": "v1alpha1", "kind": "ReadinessAttestation"},
         "name": "llama", "namespace": "default", "operation": operation, "object": object,
+        "userInfo": {"username": user},
     });
     if let Some(s) = sub_resource {
         request["subResource"] = json!(s);

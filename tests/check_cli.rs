@@ -139,7 +139,7 @@ fn bad_input_exits_2_naming_the_file_and_field() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("broken.yaml"), "{stderr}");
     assert!(
-        stderr.contains("spec.admission.largeClaimGpus must be at least 1"),
+        stderr.contains("spec.admission.largeClaimGpus must be between 1 and 1000000"),
         "{stderr}"
     );
     std::fs::remove_file(dir.path().join("policies/broken.yaml")).unwrap();
@@ -156,5 +156,100 @@ fn bad_input_exits_2_naming_the_file_and_field() {
     assert!(
         stderr.contains("--now: \"yesterday\" is not an RFC 3339 time"),
         "{stderr}"
+    );
+}
+
+fn job(name: &str, gpus: u32) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: trainer\n        resources: {{limits: {{nvidia.com/gpu: \"{gpus}\"}}}}\n"
+    )
+}
+
+/// What `kubectl get jobs -o yaml` writes for several objects.
+fn kind_list(items: &[String]) -> String {
+    let mut out =
+        String::from("apiVersion: v1\nkind: List\nmetadata: {resourceVersion: \"\"}\nitems:\n");
+    for item in items {
+        for (i, line) in item.lines().enumerate() {
+            out.push_str(if i == 0 { "- " } else { "  " });
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn a_kind_list_is_judged_item_by_item_and_a_large_item_is_denied() {
+    let dir = setup();
+    // Before: "allow: List …: not a claim", exit 0, while the webhook denies the Job.
+    std::fs::write(dir.path().join("list.yaml"), kind_list(&[job("big", 64)])).unwrap();
+    let (code, stdout, stderr) = check(dir.path(), "list.yaml", &[]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("deny: Job team-a/big (64 GPUs)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("items[0]") || !stdout.contains("List"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn policies_and_attestations_as_kubectl_get_writes_them_are_read() {
+    let dir = setup();
+    // `kubectl get gpupolicies -o yaml > policies.yaml` writes a List.
+    let policy = POLICY.split("---").next().unwrap().trim().to_string();
+    std::fs::remove_file(dir.path().join("policies/research.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("policies/list.yaml"),
+        kind_list(&[policy]) + "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {gpu-tier: research}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("attestations.yaml"),
+        kind_list(&[attestation(true)]),
+    )
+    .unwrap();
+    let attestations = dir.path().join("attestations.yaml");
+    let (code, stdout, stderr) = check(
+        dir.path(),
+        "ray.yaml",
+        &["--attestations", attestations.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("allow: RayService team-a/ray-serve-llm (4 GPUs): attested"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn several_files_are_judged_as_one_apply_so_a_split_claim_is_caught() {
+    let dir = setup();
+    // largeClaimGpus 2: two 2-GPU Jobs are each within the limit, not together.
+    std::fs::write(dir.path().join("a.yaml"), job("a", 2)).unwrap();
+    std::fs::write(dir.path().join("b.yaml"), job("b", 2)).unwrap();
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("-f")
+        .arg(dir.path().join("a.yaml"))
+        .arg("-f")
+        .arg(dir.path().join("b.yaml"))
+        .arg("--policies")
+        .arg(dir.path().join("policies"))
+        .args(["--namespace", "team-a", "--now", "2026-11-29T12:00:00Z"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("allow: Job team-a/a (2 GPUs): within limit"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("deny: Job team-a/b (2 GPUs): Job team-a/b claims 2 GPUs, but namespace team-a already holds 2 GPUs outside any approved ReadinessAttestation"),
+        "{stdout}"
     );
 }

@@ -1,9 +1,12 @@
 //! `gpu-reaper attest approve|revoke <namespace>/<name>`: writes a ReadinessAttestation's
 //! status through the status subresource, which the chart grants only to approvers.
 //!
-//! The approval records the `metadata.generation` the approver saw; the write carries the
-//! resourceVersion that was read, so a spec edit racing the approval makes it fail with a
-//! conflict (and it is retried on the new spec) instead of approving an unseen spec.
+//! An approval binds to what the approver saw (G5): `approve` prints the spec and its
+//! `metadata.generation` and requires `--generation N`, refusing if the spec is not at
+//! generation N any more. The write carries the resourceVersion that was read, so a spec
+//! edit racing the approval fails with a conflict; after one, the attestation is read
+//! again and the approval is refused unless its generation is still N (a status-only
+//! change is retried). The webhook refuses an approver who last changed the spec.
 
 use jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -78,6 +81,47 @@ fn kubeconfig_user() -> Option<String> {
     context.user
 }
 
+/// The spec an approver reviews, as YAML, with its generation.
+pub fn spec_text(a: &ReadinessAttestation) -> String {
+    let spec = serde_yaml::to_string(&a.spec).unwrap_or_default();
+    let mut out = format!(
+        "spec at generation {}:\n",
+        a.metadata.generation.unwrap_or(0)
+    );
+    for line in spec.lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether the approval may go ahead: the reviewed `generation` is the current one.
+pub fn check_generation(
+    full: &str,
+    reviewed: Option<i64>,
+    current: &ReadinessAttestation,
+) -> Result<()> {
+    let now = current.metadata.generation.unwrap_or(0);
+    match reviewed {
+        None => Err(Error::InvalidArgument {
+            flag: "generation",
+            message: format!(
+                "approving binds to the spec you reviewed; review it and run `gpu-reaper attest approve {full} --generation {now}`\n{}",
+                spec_text(current)
+            ),
+        }),
+        Some(g) if g != now => Err(Error::InvalidArgument {
+            flag: "generation",
+            message: format!(
+                "ReadinessAttestation {full} is at generation {now}, not the generation {g} you reviewed: its spec changed; review it again and pass --generation {now}\n{}",
+                spec_text(current)
+            ),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
 pub fn run(args: &AttestArgs) -> Result<()> {
     let (target, approve) = match &args.action {
         AttestAction::Approve(t) => (t, true),
@@ -113,6 +157,9 @@ pub async fn set_approval(client: Client, target: &AttestTarget, approve: bool) 
             action: format!("reading ReadinessAttestation {full}"),
             source,
         })?;
+        if approve {
+            check_generation(&full, target.generation, &current)?;
+        }
         let generation = current.metadata.generation;
         let status = approval_status(
             current.status.as_ref(),
@@ -131,6 +178,10 @@ pub async fn set_approval(client: Client, target: &AttestTarget, approve: bool) 
             .await
         {
             Ok(_) => {
+                if approve {
+                    // What was approved, for the approver's terminal; stdout keeps one line.
+                    eprint!("{}", spec_text(&current));
+                }
                 return Ok(if approve {
                     format!(
                         "readinessattestation {full} approved by {approver} for generation {}",
@@ -140,8 +191,8 @@ pub async fn set_approval(client: Client, target: &AttestTarget, approve: bool) 
                     format!("readinessattestation {full} approval revoked by {approver}")
                 });
             }
-            // The spec (or status) changed since it was read: read again, so the approval
-            // binds to what is there now.
+            // Changed since it was read: read again; a new spec is refused above (its
+            // generation is not the reviewed one), a status-only change is retried.
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(source) => {
                 return Err(Error::Kube {
@@ -185,6 +236,38 @@ mod tests {
         assert_eq!(revoked.conditions[0].status, "False");
         assert_eq!(revoked.conditions[0].reason, "Revoked");
         assert_eq!(revoked.conditions[0].message, "pipeline broke");
+    }
+
+    fn attestation_at(generation: i64) -> ReadinessAttestation {
+        serde_json::from_value(json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "ReadinessAttestation",
+            "metadata": {"name": "llama", "namespace": "team-a", "generation": generation},
+            "spec": {"selector": {"matchLabels": {"app": "llama"}}, "maxGpus": 64,
+                     "expiresAt": "2030-01-01T00:00:00Z"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn approving_without_the_reviewed_generation_is_refused_and_shows_the_spec() {
+        let err = check_generation("team-a/llama", None, &attestation_at(2))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--generation 2"), "{err}");
+        assert!(err.contains("maxGpus: 64"), "{err}");
+    }
+
+    #[test]
+    fn approving_a_spec_that_changed_since_it_was_reviewed_is_refused() {
+        // The team edited the spec (generation 1 → 2) between review and approval.
+        let err = check_generation("team-a/llama", Some(1), &attestation_at(2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("at generation 2, not the generation 1 you reviewed"),
+            "{err}"
+        );
+        assert!(check_generation("team-a/llama", Some(2), &attestation_at(2)).is_ok());
     }
 
     #[test]

@@ -97,13 +97,45 @@ fn documents(paths: &[PathBuf], flag: &'static str) -> Result<Vec<Document>> {
                     ),
                 });
             }
-            out.push(Document {
-                source: format!("{name} (document {})", i + 1),
-                value,
-            });
+            let source = format!("{name} (document {})", i + 1);
+            // `kubectl get -o yaml` of several objects writes a `kind: List` (and typed
+            // lists such as `GpuPolicyList`): each item is an object of its own.
+            if is_list(&value) {
+                let Some(items) = value["items"].as_array() else {
+                    return Err(Error::InvalidArgument {
+                        flag,
+                        message: format!(
+                            "{source} is a {} without an `items` list",
+                            kind_of(&value)
+                        ),
+                    });
+                };
+                for (j, item) in items.iter().enumerate() {
+                    if !item.is_object() {
+                        return Err(Error::InvalidArgument {
+                            flag,
+                            message: format!(
+                                "{source}: items[{j}] is not a Kubernetes object (a mapping with apiVersion and kind)"
+                            ),
+                        });
+                    }
+                    out.push(Document {
+                        source: format!("{source} items[{j}]"),
+                        value: item.clone(),
+                    });
+                }
+                continue;
+            }
+            out.push(Document { source, value });
         }
     }
     Ok(out)
+}
+
+/// `kind: List`, or a typed list (`PodList`, `GpuPolicyList`) with `items`.
+fn is_list(v: &Value) -> bool {
+    let kind = kind_of(v);
+    kind == "List" || (kind.ends_with("List") && v.get("items").is_some())
 }
 
 fn kind_of(v: &Value) -> &str {
@@ -198,10 +230,20 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
     }
     let manifests = documents(&args.files, "filename")?;
     let mut templates = HashMap::new();
+    let mut claims = HashMap::new();
     for doc in &manifests {
         let v = &doc.value;
         if kind_of(v) == "Namespace" {
             add_namespace(&mut namespaces, v);
+        }
+        if kind_of(v) == "ResourceClaim" {
+            let ns = namespace_of(v, &args.namespace);
+            if let (Ok(Counted::Claim(c)), Some(name)) = (
+                count::count(v, &ns, &settings.resources, &()),
+                v["metadata"]["name"].as_str(),
+            ) {
+                claims.insert((ns, name.to_string()), c.gpus);
+            }
         }
         if kind_of(v) == "ResourceClaimTemplate" {
             let ns = namespace_of(v, &args.namespace);
@@ -213,7 +255,11 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
             }
         }
     }
-    let snapshot = Snapshot::build(policies, attestations, namespaces, templates);
+    let mut snapshot = Snapshot::build(policies, attestations, namespaces, templates);
+    snapshot.gpu_nodes = args.gpu_nodes;
+    // ResourceClaims are judged as they come, like any claim; pods that name them count
+    // them from here.
+    snapshot.claims = claims;
     let mut results = Vec::new();
     for (i, doc) in manifests.iter().enumerate() {
         let v = &doc.value;
@@ -237,6 +283,7 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
                 version,
                 kind: kind_of(v).to_string(),
             },
+            resource: None,
             sub_resource: None,
             name: name.clone(),
             namespace: namespace.clone(),
@@ -247,6 +294,15 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
             dry_run: true,
         };
         let d: Decision = admit(&request, &snapshot, settings, now);
+        // One apply: what this object was admitted with counts against the ones after it
+        // (G1), under its pods' labels (the last label set: its pod template's).
+        if d.allowed()
+            && let Some(gpus) = d.gpus.filter(|g| *g > 0.0)
+            && let Ok(Counted::Claim(claim)) = count::count(v, &namespace, &settings.resources, &())
+        {
+            let labels = claim.label_sets.last().cloned().unwrap_or_default();
+            snapshot.add_held(&namespace, labels, gpus - claim.named_claim_gpus);
+        }
         results.push(CheckResult {
             source: doc.source.clone(),
             kind: kind_of(v).to_string(),

@@ -15,17 +15,65 @@
 //! - A field of the wrong type is a [`CountError`] naming its path; missing optional
 //!   fields take the API's defaults.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 
 use serde_json::{Map, Value};
 
+/// The GPU resources every part of gpu-reaper counts by default: the binary's flags, the
+/// Helm chart's `gpu.resources` (a test keeps them equal) and `gpu-reaper check`. An entry
+/// ending in `*` is a prefix. `nvidia.com/mig-*` slices count their share of a GPU (see
+/// [`GpuResources::mig_prefix`]); every other unit is one whole GPU — a time-sliced
+/// `nvidia.com/gpu.shared` replica too, since the gate cannot know how many replicas
+/// share a device and must never count low.
+pub const DEFAULT_GPU_RESOURCES: [&str; 8] = [
+    "nvidia.com/gpu",
+    "nvidia.com/mig-*",
+    "nvidia.com/gpu.shared",
+    "amd.com/gpu",
+    "gpu.intel.com/*",
+    "habana.ai/gaudi",
+    "aws.amazon.com/neuron",
+    "google.com/tpu",
+];
+
+/// DRA device classes whose devices are GPUs, by default: NVIDIA's (`gpu.nvidia.com`,
+/// `mig.nvidia.com`), AMD's, Intel's GPU and Gaudi drivers, and `gpu.example.com` (the
+/// class the upstream DRA examples use).
+pub const DEFAULT_GPU_DEVICE_CLASSES: [&str; 6] = [
+    "gpu.nvidia.com",
+    "mig.nvidia.com",
+    "gpu.amd.com",
+    "gpu.intel.com",
+    "gaudi.intel.com",
+    "gpu.example.com",
+];
+
+/// Resources under a GPU prefix that are not devices: Intel's GPU plugin advertises
+/// shares of a device (`millicores`, 1000 per GPU; `memory.max`, bytes; `tiles`) next to
+/// the device count `gpu.intel.com/i915` (or `xe`) that a pod asks for with them.
+const NOT_DEVICES: [&str; 3] = [
+    "gpu.intel.com/millicores",
+    "gpu.intel.com/memory.max",
+    "gpu.intel.com/tiles",
+];
+
+/// The KAI scheduler's GPU-sharing annotations on a pod (template): `gpu-fraction` asks
+/// for that fraction of a GPU (times `gpu-fraction-num-devices`, default 1);
+/// `gpu-memory` asks for memory of one shared GPU, counted as one GPU (its share of a
+/// device is only known at scheduling).
+pub const KAI_GPU_FRACTION: &str = "gpu-fraction";
+/// See [`KAI_GPU_FRACTION`].
+pub const KAI_GPU_FRACTION_DEVICES: &str = "gpu-fraction-num-devices";
+/// See [`KAI_GPU_FRACTION`].
+pub const KAI_GPU_MEMORY: &str = "gpu-memory";
+
 /// Which resources are GPUs, and how much of a GPU each unit is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuResources {
-    /// Extended resources counted as one GPU per unit. Default: `nvidia.com/gpu`,
-    /// `amd.com/gpu`, `gpu.intel.com/i915`.
+    /// Extended resources counted as one GPU per unit; an entry ending in `*` is a
+    /// prefix. Default: [`DEFAULT_GPU_RESOURCES`].
     pub whole: Vec<String>,
     /// Prefix of MIG slice resources, `nvidia.com/mig-<N>g.<M>gb` (default
     /// `nvidia.com/mig-`). One unit counts N / `mig_slices_per_gpu` of a GPU (at most one
@@ -38,9 +86,8 @@ pub struct GpuResources {
     /// unit counts as a whole GPU.
     pub mig_slices_per_gpu: f64,
     /// DRA device classes whose devices are GPUs, one GPU per device. Default:
-    /// `gpu.nvidia.com`, `mig.nvidia.com`, `gpu.amd.com`, `gpu.intel.com` and
-    /// `gpu.example.com` (the class the upstream DRA examples use). A `mig.nvidia.com`
-    /// device counts as a whole GPU: its profile is only chosen at allocation.
+    /// [`DEFAULT_GPU_DEVICE_CLASSES`]. A `mig.nvidia.com` device counts as a whole GPU:
+    /// its profile is only chosen at allocation.
     pub device_classes: Vec<String>,
     /// What a DRA request with `allocationMode: All` counts as (its size is only known at
     /// allocation). Default 8.
@@ -50,20 +97,10 @@ pub struct GpuResources {
 impl Default for GpuResources {
     fn default() -> Self {
         Self {
-            whole: ["nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915"]
-                .map(String::from)
-                .to_vec(),
+            whole: DEFAULT_GPU_RESOURCES.map(String::from).to_vec(),
             mig_prefix: "nvidia.com/mig-".to_string(),
             mig_slices_per_gpu: 7.0,
-            device_classes: [
-                "gpu.nvidia.com",
-                "mig.nvidia.com",
-                "gpu.amd.com",
-                "gpu.intel.com",
-                "gpu.example.com",
-            ]
-            .map(String::from)
-            .to_vec(),
+            device_classes: DEFAULT_GPU_DEVICE_CLASSES.map(String::from).to_vec(),
             dra_all_gpus: 8.0,
         }
     }
@@ -71,19 +108,27 @@ impl Default for GpuResources {
 
 impl GpuResources {
     /// The share of a GPU one unit of `resource` is, `None` when it is not a GPU.
-    fn share_of(&self, resource: &str) -> Option<f64> {
+    pub fn share_of(&self, resource: &str) -> Option<f64> {
         if self.whole.iter().any(|w| w == resource) {
             return Some(1.0);
         }
-        let profile = resource.strip_prefix(self.mig_prefix.as_str())?;
-        if self.mig_prefix.is_empty() {
+        if !self.mig_prefix.is_empty()
+            && let Some(profile) = resource.strip_prefix(self.mig_prefix.as_str())
+        {
+            // One rule with the idle-time prices: an unreadable profile is a whole GPU.
+            return Some(crate::engine::cost::mig_profile_share(
+                profile,
+                self.mig_slices_per_gpu,
+            ));
+        }
+        if NOT_DEVICES.contains(&resource) {
             return None;
         }
-        // One rule with the idle-time prices: an unreadable profile is a whole GPU.
-        Some(crate::engine::cost::mig_profile_share(
-            profile,
-            self.mig_slices_per_gpu,
-        ))
+        let prefixed = self.whole.iter().any(|w| {
+            w.strip_suffix('*')
+                .is_some_and(|prefix| resource.starts_with(prefix))
+        });
+        prefixed.then_some(1.0)
     }
 
     fn is_gpu_class(&self, class: &str) -> bool {
@@ -91,10 +136,21 @@ impl GpuResources {
     }
 }
 
-/// Where a pod spec's DRA claim templates are resolved: (namespace, template name) → GPUs
-/// per pod, `None` when unknown.
+/// What the caller's caches know that a count needs: the GPUs of DRA claim templates
+/// ((namespace, template name) → GPUs per pod) and of existing ResourceClaims a pod names,
+/// and how many nodes offer GPUs (a DaemonSet runs one pod on each). `None`: unknown.
 pub trait ClaimTemplates {
     fn gpus(&self, namespace: &str, name: &str) -> Option<f64>;
+
+    /// GPUs of the existing ResourceClaim `namespace/name`.
+    fn claim_gpus(&self, _namespace: &str, _name: &str) -> Option<f64> {
+        None
+    }
+
+    /// Nodes that offer GPUs.
+    fn gpu_nodes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Knows no template: every template a pod uses is reported unresolved.
@@ -142,6 +198,15 @@ pub struct Claim {
     /// DRA ResourceClaimTemplates the pods use that could not be resolved (names), so the
     /// caller can say the count may be low.
     pub unresolved_claim_templates: Vec<String>,
+    /// GPUs of existing ResourceClaims the pods name (included in `gpus`): the namespace
+    /// already holds those from when each claim was created, so a total adds only the rest.
+    pub named_claim_gpus: f64,
+    /// Existing ResourceClaims a pod names that are not known (names): counted 0.
+    pub unresolved_claims: Vec<String>,
+    /// Why the object may run more than `gpus` GPUs with no bound the gate can see (a
+    /// DaemonSet on an unknown number of nodes, a CronJob whose runs may overlap, a kind
+    /// the gate cannot count). Such a claim is above every allowance: fail closed.
+    pub open_ended: Option<String>,
 }
 
 /// A field of the object that cannot be read. Display: `<path>: <problem>`, e.g.
@@ -158,9 +223,13 @@ pub struct CountError {
 ///
 /// Kinds are matched by API group and kind, any version; the largest size each allows:
 /// - `Pod`: its spec.
-/// - apps `Deployment`, `StatefulSet`, `ReplicaSet`: `spec.replicas` (default 1) × pod.
+/// - apps `Deployment`, `StatefulSet`, `ReplicaSet`, core `ReplicationController`:
+///   `spec.replicas` (default 1) × pod.
+/// - apps `DaemonSet`: one pod per node that offers GPUs (as the caches know them); when
+///   that number is unknown the claim is open-ended.
 /// - batch `Job`: `spec.parallelism` (default 1) × pod; `CronJob`: the same for one run
-///   of `spec.jobTemplate` (overlapping runs are not counted).
+///   of `spec.jobTemplate` when `concurrencyPolicy` is `Forbid` or `Replace`; with
+///   `Allow` (the default) runs may pile up without bound, so the claim is open-ended.
 /// - jobset.x-k8s.io `JobSet`: Σ replicatedJobs replicas × parallelism × pod.
 /// - ray.io `RayCluster`: head + Σ worker groups replicas × numOfHosts × pod, the
 ///   replicas as KubeRay sets them: `replicas` (absent: `minReplicas`, both absent: 1)
@@ -192,8 +261,13 @@ pub struct CountError {
 ///   from it): per request `count` (default 1) devices of a GPU class,
 ///   `allocationMode: All` → `dra_all_gpus`, `firstAvailable` → the largest alternative,
 ///   `adminAccess` → 0 (it allocates nothing). v1 (`exactly`) and v1beta1 (flat) shapes.
-/// - Everything else is [`Counted::NotGoverned`], including kueue.x-k8s.io `Workload`:
-///   Kueue creates those for jobs that were already gated.
+/// - Pod templates may also ask for a fraction of a GPU through KAI's `gpu-fraction`
+///   annotation ([`KAI_GPU_FRACTION`]).
+/// - kueue.x-k8s.io `Workload`, core `PodTemplate`, apps `ControllerRevision` are
+///   [`Counted::NotGoverned`]: they create no pods (Kueue makes Workloads for jobs that
+///   were already gated). Any other kind is not governed unless it asks for GPUs
+///   somewhere (a `resources.limits`/`requests` naming a GPU resource): then it is a
+///   claim the gate cannot count, open-ended (G6: never "no claim").
 pub fn count(
     object: &Value,
     namespace: &str,
@@ -210,7 +284,7 @@ pub fn count(
     };
     let group = api_version.split_once('/').map_or("", |(group, _)| group);
     let Some(shape) = Shape::of(group, kind) else {
-        return Ok(Counted::NotGoverned);
+        return uncountable(obj, group, kind, resources);
     };
     if let Some((kind, name)) = controller_owner(obj)? {
         return Ok(Counted::OwnedBy { kind, name });
@@ -224,15 +298,45 @@ pub fn count(
         ctx: &ctx,
         gpus: 0.0,
         parts: Vec::new(),
-        label_sets: vec![labels_of(obj, "")?],
+        label_sets: Vec::new(),
+        seen_labels: HashSet::new(),
         unresolved: Vec::new(),
+        unresolved_claims: Vec::new(),
+        named_claims: HashSet::new(),
+        named_claim_gpus: 0.0,
+        open_ended: None,
     };
+    let own_labels = labels_of(obj, "")?;
+    tally.seen_labels.insert(own_labels.clone());
+    tally.label_sets.push(own_labels);
     let empty = Map::new();
     let spec = opt_object(obj, "spec", "")?.unwrap_or(&empty);
     match shape {
         Shape::Pod => {
             let g = tally.pod_spec(obj.get("spec"), "spec", 0.0)?;
+            let g = g + kai_fraction(obj, "")?;
             tally.add(g, format!("1 pod × {}", gpus_text(g)));
+        }
+        Shape::DaemonSet => {
+            let g = tally.pod_template(spec.get("template"), "spec.template")?;
+            match ctx.templates.gpu_nodes() {
+                Some(nodes) => tally.add(
+                    nodes as f64 * g,
+                    format!(
+                        "1 pod on each of {} × {}",
+                        n_text(nodes, "GPU node"),
+                        gpus_text(g)
+                    ),
+                ),
+                None => {
+                    tally.add(g, format!("1 pod per node × {}", gpus_text(g)));
+                    if g > 0.0 {
+                        tally.open_ended = Some(
+                            "a DaemonSet runs one pod on every node it fits and the gate does not know how many nodes offer GPUs".to_string(),
+                        );
+                    }
+                }
+            }
         }
         Shape::Replicated => {
             let replicas = opt_count(spec, "replicas", "spec")?.unwrap_or(1);
@@ -246,7 +350,29 @@ pub fn count(
         Shape::CronJob => {
             let job_template = opt_object(spec, "jobTemplate", "spec")?.unwrap_or(&empty);
             let job_spec = opt_object(job_template, "spec", "spec.jobTemplate")?.unwrap_or(&empty);
+            let labels = labels_of(job_template, "spec.jobTemplate")?;
+            tally.add_labels(labels);
+            let before = tally.gpus;
             job(&mut tally, job_spec, "spec.jobTemplate.spec", " per run")?;
+            let policy = opt_str(spec, "concurrencyPolicy", "spec")?.unwrap_or("Allow");
+            match policy {
+                "Forbid" | "Replace" => {}
+                "Allow" if tally.gpus > before => {
+                    tally.open_ended = Some(
+                        "its spec.concurrencyPolicy is Allow, so a run starts on every schedule while earlier runs still hold their GPUs; set it to Forbid or Replace".to_string(),
+                    );
+                }
+                "Allow" => {}
+                other => {
+                    return Err(problem(
+                        "spec.concurrencyPolicy",
+                        format!(
+                            "expected Allow, Forbid or Replace, found {}",
+                            found(&Value::from(other))
+                        ),
+                    ));
+                }
+            }
         }
         Shape::JobSet => jobset(&mut tally, spec)?,
         Shape::RayCluster => ray_cluster(&mut tally, spec, "spec")?,
@@ -298,8 +424,9 @@ pub fn count(
 /// requests and limits (an extended resource's limit implies its request). DRA: each
 /// `spec.resourceClaims[]` with `resourceClaimTemplateName` (or the pre-1.28
 /// `source.resourceClaimTemplateName`) adds the template's GPUs, since every pod gets its
-/// own claim. A `resourceClaimName` names a claim shared by pods, counted when that
-/// ResourceClaim is created: 0 here. `path` is the JSON path of the pod spec, for errors.
+/// own claim. A `resourceClaimName` names a claim shared by pods: not counted here (the
+/// budget gate's [`count`] adds each named claim once per object, from the caches).
+/// `path` is the JSON path of the pod spec, for errors.
 pub fn pod_spec_gpus(
     spec: &Value,
     path: &str,
@@ -315,10 +442,31 @@ pub fn pod_spec_gpus(
     pod_gpus(&ctx, spec, path, 0.0)
 }
 
+/// GPUs a pod holds through its containers and KAI's sharing annotations, whoever owns
+/// it (its DRA claims are counted as ResourceClaims). `pod` is the whole pod as JSON.
+pub fn pod_object_gpus(
+    pod: &Value,
+    namespace: &str,
+    resources: &GpuResources,
+) -> Result<f64, CountError> {
+    let ctx = Ctx {
+        namespace,
+        resources,
+        templates: &(),
+    };
+    let (gpus, _) = pod_gpus(&ctx, &pod["spec"], "spec", 0.0)?;
+    let kai = match pod.as_object() {
+        Some(obj) => kai_fraction(obj, "")?,
+        None => 0.0,
+    };
+    Ok(gpus + kai)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Shape {
     Pod,
     Replicated,
+    DaemonSet,
     Job,
     CronJob,
     JobSet,
@@ -340,6 +488,8 @@ impl Shape {
         Some(match (group, kind) {
             ("", "Pod") => Shape::Pod,
             ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") => Shape::Replicated,
+            ("", "ReplicationController") => Shape::Replicated,
+            ("apps", "DaemonSet") => Shape::DaemonSet,
             ("batch", "Job") => Shape::Job,
             ("batch", "CronJob") => Shape::CronJob,
             ("jobset.x-k8s.io", "JobSet") => Shape::JobSet,
@@ -374,7 +524,14 @@ struct Tally<'a> {
     gpus: f64,
     parts: Vec<String>,
     label_sets: Vec<BTreeMap<String, String>>,
+    /// The label sets already in `label_sets`: de-duplication stays linear however many
+    /// pod templates an object has (a 1.6 MB PyTorchJob of thousands of roles).
+    seen_labels: HashSet<BTreeMap<String, String>>,
     unresolved: Vec<String>,
+    unresolved_claims: Vec<String>,
+    named_claims: HashSet<String>,
+    named_claim_gpus: f64,
+    open_ended: Option<String>,
 }
 
 impl Tally<'_> {
@@ -384,7 +541,7 @@ impl Tally<'_> {
     }
 
     fn add_labels(&mut self, labels: BTreeMap<String, String>) {
-        if !labels.is_empty() && !self.label_sets.contains(&labels) {
+        if !labels.is_empty() && self.seen_labels.insert(labels.clone()) {
             self.label_sets.push(labels);
         }
     }
@@ -397,7 +554,8 @@ impl Tally<'_> {
         let template = object_at(template, path)?;
         let labels = labels_of(template, path)?;
         self.add_labels(labels);
-        self.pod_spec(template.get("spec"), &join(path, "spec"), 0.0)
+        let g = self.pod_spec(template.get("spec"), &join(path, "spec"), 0.0)?;
+        Ok(g + kai_fraction(template, path)?)
     }
 
     /// GPUs of one pod of a bare pod spec at `path`, plus `extra` main-container GPUs.
@@ -407,13 +565,24 @@ impl Tally<'_> {
         path: &str,
         extra: f64,
     ) -> Result<f64, CountError> {
-        let (gpus, unresolved) = pod_gpus(self.ctx, spec.unwrap_or(&Value::Null), path, extra)?;
-        for name in unresolved {
+        let pod = pod_gpus_detailed(self.ctx, spec.unwrap_or(&Value::Null), path, extra)?;
+        for name in pod.unresolved_templates {
             if !self.unresolved.contains(&name) {
                 self.unresolved.push(name);
             }
         }
-        Ok(gpus)
+        for name in pod.unresolved_claims {
+            if !self.unresolved_claims.contains(&name) {
+                self.unresolved_claims.push(name);
+            }
+        }
+        for (name, g) in pod.named_claims {
+            if self.named_claims.insert(name.clone()) {
+                self.named_claim_gpus += g;
+                self.add(g, format!("ResourceClaim {name} {}", gpus_text(g)));
+            }
+        }
+        Ok(pod.gpus)
     }
 
     fn finish(self) -> Result<Counted, CountError> {
@@ -433,6 +602,9 @@ impl Tally<'_> {
             label_sets: self.label_sets,
             basis,
             unresolved_claim_templates: self.unresolved,
+            named_claim_gpus: self.named_claim_gpus.min(self.gpus),
+            unresolved_claims: self.unresolved_claims,
+            open_ended: self.open_ended,
         }))
     }
 }
@@ -838,8 +1010,33 @@ fn pod_gpus(
     path: &str,
     extra: f64,
 ) -> Result<(f64, Vec<String>), CountError> {
+    let pod = pod_gpus_detailed(ctx, spec, path, extra)?;
+    Ok((pod.gpus, pod.unresolved_templates))
+}
+
+/// One pod spec's count. Named ResourceClaims are shared by every pod that names them, so
+/// they are reported apart from `gpus` (per pod) and added once per object.
+struct PodCount {
+    gpus: f64,
+    unresolved_templates: Vec<String>,
+    named_claims: Vec<(String, f64)>,
+    unresolved_claims: Vec<String>,
+}
+
+fn pod_gpus_detailed(
+    ctx: &Ctx,
+    spec: &Value,
+    path: &str,
+    extra: f64,
+) -> Result<PodCount, CountError> {
+    let mut out = PodCount {
+        gpus: extra,
+        unresolved_templates: Vec::new(),
+        named_claims: Vec::new(),
+        unresolved_claims: Vec::new(),
+    };
     if spec.is_null() {
-        return Ok((extra, Vec::new()));
+        return Ok(out);
     }
     let spec = object_at(spec, path)?;
     let mut main = extra;
@@ -869,7 +1066,8 @@ fn pod_gpus(
         }
     }
     let mut gpus = (main + sidecars).max(init_peak);
-    let mut unresolved: Vec<String> = Vec::new();
+    let mut seen_templates: HashSet<&str> = HashSet::new();
+    let mut seen_claims: HashSet<&str> = HashSet::new();
     for (i, claim) in opt_list(spec, "resourceClaims", path)?
         .into_iter()
         .flatten()
@@ -877,31 +1075,46 @@ fn pod_gpus(
     {
         let c_path = format!("{path}.resourceClaims[{i}]");
         let claim = object_at(claim, &c_path)?;
+        let source = opt_object(claim, "source", &c_path)?;
+        let source_path = join(&c_path, "source");
         let mut template = opt_str(claim, "resourceClaimTemplateName", &c_path)?;
-        if template.is_none()
-            && let Some(source) = opt_object(claim, "source", &c_path)?
-        {
-            template = opt_str(
-                source,
-                "resourceClaimTemplateName",
-                &join(&c_path, "source"),
-            )?;
+        let mut named = opt_str(claim, "resourceClaimName", &c_path)?;
+        if let Some(source) = source {
+            if template.is_none() {
+                template = opt_str(source, "resourceClaimTemplateName", &source_path)?;
+            }
+            if named.is_none() {
+                named = opt_str(source, "resourceClaimName", &source_path)?;
+            }
         }
-        // A named ResourceClaim is shared and counted when it is created.
-        let Some(name) = template else {
-            continue;
-        };
-        match ctx
-            .templates
-            .gpus(ctx.namespace, name)
-            .filter(|g| g.is_finite() && *g >= 0.0)
-        {
-            Some(g) => gpus += g,
-            None if !unresolved.iter().any(|u| u == name) => unresolved.push(name.to_string()),
-            None => {}
+        if let Some(name) = template {
+            match ctx
+                .templates
+                .gpus(ctx.namespace, name)
+                .filter(|g| g.is_finite() && *g >= 0.0)
+            {
+                Some(g) => gpus += g,
+                None if seen_templates.insert(name) => {
+                    out.unresolved_templates.push(name.to_string())
+                }
+                None => {}
+            }
+        } else if let Some(name) = named {
+            if !seen_claims.insert(name) {
+                continue;
+            }
+            match ctx
+                .templates
+                .claim_gpus(ctx.namespace, name)
+                .filter(|g| g.is_finite() && *g >= 0.0)
+            {
+                Some(g) => out.named_claims.push((name.to_string(), g)),
+                None => out.unresolved_claims.push(name.to_string()),
+            }
         }
     }
-    Ok((gpus, unresolved))
+    out.gpus = gpus;
+    Ok(out)
 }
 
 fn container_gpus(ctx: &Ctx, container: &Value, path: &str) -> Result<f64, CountError> {
@@ -1267,6 +1480,148 @@ fn n_text(n: u64, singular: &str) -> String {
     }
 }
 
+/// GPUs a pod (template) at `path` asks for through the KAI scheduler's sharing
+/// annotations on its metadata: `gpu-fraction` × `gpu-fraction-num-devices`, or one GPU
+/// for `gpu-memory`.
+fn kai_fraction(obj: &Map<String, Value>, path: &str) -> Result<f64, CountError> {
+    let Some(meta) = opt_object(obj, "metadata", path)? else {
+        return Ok(0.0);
+    };
+    let meta_path = join(path, "metadata");
+    let Some(annotations) = opt_object(meta, "annotations", &meta_path)? else {
+        return Ok(0.0);
+    };
+    let annotations_path = join(&meta_path, "annotations");
+    let text = |key: &str| -> Result<Option<&str>, CountError> {
+        match present(annotations, key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(other) => Err(problem(
+                &keyed(&annotations_path, key),
+                format!("expected a string, found {}", found(other)),
+            )),
+        }
+    };
+    if let Some(fraction) = text(KAI_GPU_FRACTION)? {
+        let share: f64 = fraction
+            .trim()
+            .parse()
+            .ok()
+            .filter(|f: &f64| f.is_finite() && *f > 0.0 && *f <= 1.0)
+            .ok_or_else(|| {
+                problem(
+                    &keyed(&annotations_path, KAI_GPU_FRACTION),
+                    format!(
+                        "expected a fraction of a GPU above 0 and at most 1, e.g. \"0.5\", found {}",
+                        found(&Value::from(fraction))
+                    ),
+                )
+            })?;
+        let devices = match text(KAI_GPU_FRACTION_DEVICES)? {
+            None => 1.0,
+            Some(n) => n
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    problem(
+                        &keyed(&annotations_path, KAI_GPU_FRACTION_DEVICES),
+                        format!(
+                            "expected a whole number of devices of at least 1, found {}",
+                            found(&Value::from(n))
+                        ),
+                    )
+                })? as f64,
+        };
+        return Ok(share * devices);
+    }
+    if text(KAI_GPU_MEMORY)?.is_some() {
+        return Ok(1.0);
+    }
+    Ok(0.0)
+}
+
+/// A kind [`Shape::of`] does not know: not governed, unless it asks for GPUs in a
+/// `resources` somewhere, which the gate cannot multiply out — an open-ended claim.
+fn uncountable(
+    obj: &Map<String, Value>,
+    group: &str,
+    kind: &str,
+    resources: &GpuResources,
+) -> Result<Counted, CountError> {
+    // They create no pods of their own: Kueue's Workloads mirror jobs already gated.
+    if matches!(
+        (group, kind),
+        ("kueue.x-k8s.io", "Workload") | ("", "PodTemplate") | ("apps", "ControllerRevision")
+    ) {
+        return Ok(Counted::NotGoverned);
+    }
+    let Some(spec) = present(obj, "spec") else {
+        return Ok(Counted::NotGoverned);
+    };
+    let gpus = gpus_anywhere(spec, resources, 0);
+    if gpus <= 0.0 {
+        return Ok(Counted::NotGoverned);
+    }
+    let label_sets = vec![labels_of(obj, "").unwrap_or_default()];
+    Ok(Counted::Claim(Claim {
+        gpus,
+        label_sets,
+        basis: format!("{} in its resources", gpus_text(gpus)),
+        unresolved_claim_templates: Vec::new(),
+        named_claim_gpus: 0.0,
+        unresolved_claims: Vec::new(),
+        open_ended: Some(format!(
+            "the GPU budget gate cannot count the pods a {kind} ({}) runs",
+            if group.is_empty() { "core" } else { group }
+        )),
+    }))
+}
+
+/// The GPU units named in every `resources.limits`/`requests` under `v`, each entry the
+/// larger of the two; unreadable quantities count one. Linear in the size of `v`.
+fn gpus_anywhere(v: &Value, resources: &GpuResources, depth: usize) -> f64 {
+    // serde_json refuses documents nested deeper than 128.
+    if depth > 128 {
+        return 0.0;
+    }
+    match v {
+        Value::Object(map) => {
+            let mut total = 0.0;
+            for (key, child) in map {
+                if key == "resources"
+                    && let Some(res) = child.as_object()
+                {
+                    let mut per_name: HashMap<&str, f64> = HashMap::new();
+                    for field in ["limits", "requests"] {
+                        for (name, q) in res
+                            .get(field)
+                            .and_then(Value::as_object)
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(share) = resources.share_of(name) {
+                                let units = device_count(q, "").unwrap_or(1.0) * share;
+                                let e = per_name.entry(name.as_str()).or_insert(0.0);
+                                *e = e.max(units);
+                            }
+                        }
+                    }
+                    total += per_name.values().sum::<f64>();
+                }
+                total += gpus_anywhere(child, resources, depth + 1);
+            }
+            total
+        }
+        Value::Array(items) => items
+            .iter()
+            .map(|i| gpus_anywhere(i, resources, depth + 1))
+            .sum(),
+        _ => 0.0,
+    }
+}
+
 /// GPUs per pod of each DRA ResourceClaimTemplate, by (namespace, name). Clusters that do
 /// not serve resource.k8s.io/v1 have none.
 pub fn claim_template_gpus<'a>(
@@ -1582,9 +1937,9 @@ mod tests {
     }
 
     #[test]
-    fn kai_gpu_sharing_fixture_claims_no_gpu_resources_and_queues_are_not_governed() {
-        // Two KAI Queues, then a RayCluster whose workers ask for half a GPU through the
-        // `gpu-fraction` annotation, not a resource: 0 head + 2 replicas × 0 → 0.
+    fn kai_gpu_sharing_fixture_counts_its_gpu_fractions_and_queues_are_not_governed() {
+        // Two KAI Queues, then a RayCluster whose workers ask for half a GPU each through
+        // the `gpu-fraction` annotation: 0 head + 2 replicas × 0.5 → 1.
         let docs = documents(include_str!(
             "../../tests/fixtures/manifests/kuberay__ray-cluster.kai-gpu-sharing.yaml"
         ));
@@ -1592,10 +1947,10 @@ mod tests {
         assert_eq!(count_default(&docs[0]), Ok(Counted::NotGoverned));
         assert_eq!(count_default(&docs[1]), Ok(Counted::NotGoverned));
         let c = claim(&docs[2]);
-        assert_eq!(c.gpus, 0.0);
+        assert_eq!(c.gpus, 1.0);
         assert_eq!(
             c.basis,
-            "head 0 GPUs + worker group shared-gpu 2 replicas × 0 GPUs"
+            "head 0 GPUs + worker group shared-gpu 2 replicas × 0.50 GPU"
         );
         assert_eq!(
             c.label_sets,
@@ -1705,13 +2060,22 @@ mod tests {
     }
 
     #[test]
-    fn cron_job_counts_one_run_of_its_job_template() {
+    fn cron_job_counts_one_run_of_its_job_template_and_overlapping_runs_are_open_ended() {
         // Derived: jobTemplate parallelism 2 × 4 GPUs = 8.
-        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+        let mut cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
             "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"parallelism": 2, "template": gpu_template(4)}}}});
         let c = claim(&cron);
         assert_eq!(c.gpus, 8.0);
         assert_eq!(c.basis, "parallelism 2 × 4 GPUs per run");
+        // concurrencyPolicy defaults to Allow: runs may overlap without bound.
+        assert!(c.open_ended.unwrap().contains("Forbid or Replace"));
+        cron["spec"]["concurrencyPolicy"] = json!("Replace");
+        assert_eq!(claim(&cron).open_ended, None);
+        cron["spec"]["concurrencyPolicy"] = json!("Sometimes");
+        assert!(
+            error_text(&cron)
+                .starts_with("spec.concurrencyPolicy: expected Allow, Forbid or Replace")
+        );
     }
 
     #[test]
@@ -1849,10 +2213,13 @@ mod tests {
 
     #[test]
     fn other_vendors_count_as_whole_gpus_and_other_resources_not_at_all() {
+        // Gaudi is a GPU of the default list (G7); HAMi's gpumem and Intel's millicores
+        // are shares of a device, not devices.
         let spec = json!({"containers": [{"name": "m", "resources": {"limits": {
             "amd.com/gpu": 2, "gpu.intel.com/i915": "1", "habana.ai/gaudi": 8,
+            "gpu.intel.com/millicores": "500",
             "nvidia.com/gpumem": "1024", "cpu": "500m", "memory": "1Gi"}}}]});
-        assert_eq!(claim(&pod(spec)).gpus, 3.0);
+        assert_eq!(claim(&pod(spec)).gpus, 11.0);
     }
 
     #[test]

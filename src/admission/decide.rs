@@ -1,12 +1,25 @@
 //! The budget gate's decision: a pure function of the request, a snapshot of the caches
 //! and the time. No IO here (invariant 9: never a call per request).
 //!
-//! Order of the rules for a workload: not a GPU claim → allow; no policy with admission
-//! rules → allow; an update that does not raise the GPU count → allow; at or below
-//! `largeClaimGpus` → allow; namespace over its monthly budget → deny; an attestation that
-//! selects it and is approved for its current spec, unexpired, large enough and with the
-//! evidence the policy requires → allow; otherwise deny, naming the closest attestation's
-//! first failing check. `Warn` mode turns every deny into an allow with a warning.
+//! Which rules apply is chosen by namespace only (G6): the GpuPolicy with `admission`
+//! rules whose `match.namespaceSelector` selects the namespace (highest priority, then
+//! name); labels and kinds the team writes never pick the gate.
+//!
+//! Order of the rules for a write: not a GPU claim → allow; a pod, ReplicaSet or Job a
+//! listed controller made for a gated owner → allow; no policy → allow; an update that
+//! does not raise the GPU count → allow; an open-ended claim (no bound the gate can see)
+//! → deny; the namespace's GPUs held plus the claim above what it may hold (the
+//! unattested allowance plus every approved, unexpired attestation, G1) → deny; the claim
+//! at or below `largeClaimGpus` and inside the unattested allowance → allow; else an
+//! attestation that selects it, approved for its current spec, unexpired, with room for
+//! it next to what the workloads it selects already hold, and with the evidence the
+//! policy requires → allow, else deny naming the closest attestation's first failing
+//! check. Last, any claim whose cost to the month's end (or the attestation's expiry)
+//! does not fit what is left of the monthly budget → deny (G3). `Warn` mode turns every
+//! deny into an allow with a warning.
+//!
+//! Writes to `*/scale` are judged as the replicas they ask for times the per-replica GPUs
+//! of the parent the caches hold; an unknown parent is an open-ended claim.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -14,12 +27,33 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::count::{self, ClaimTemplates, Counted, GpuResources};
+use super::count::{self, Claim, ClaimTemplates, Counted, GpuResources};
 use super::message;
 use super::review::{AdmissionRequest, Operation};
 use crate::api::attestation::APPROVED;
-use crate::api::policy::{self, AdmissionMode, AdmissionSpec};
+use crate::api::policy::{AdmissionMode, AdmissionSpec};
 use crate::api::{GpuPolicy, ReadinessAttestation, selector};
+
+/// Something a namespace holds GPUs with now: a pod that has not finished, or a
+/// ResourceClaim that no pod owns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Held {
+    /// Its labels (what attestation selectors match).
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub gpus: f64,
+}
+
+/// A parent of a `/scale` subresource: (API group, resource plural, namespace, name).
+pub type ScaleTarget = (String, String, String, String);
+
+/// What a scale write needs of its parent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scalable {
+    /// GPUs one replica claims.
+    pub per_replica: f64,
+    /// Labels of the object and its pod template.
+    pub label_sets: Vec<BTreeMap<String, String>>,
+}
 
 /// What the webhook's caches hold, indexed for the decision.
 #[derive(Clone, Debug, Default)]
@@ -32,6 +66,15 @@ pub struct Snapshot {
     pub namespaces: HashMap<String, BTreeMap<String, String>>,
     /// GPUs per pod of each DRA ResourceClaimTemplate, by (namespace, name).
     pub claim_templates: HashMap<(String, String), f64>,
+    /// GPUs of each existing DRA ResourceClaim, by (namespace, name).
+    pub claims: HashMap<(String, String), f64>,
+    /// What each namespace holds GPUs with now (pods, unowned ResourceClaims).
+    pub held: HashMap<String, Vec<Held>>,
+    /// Parents of `/scale` subresources (Deployments, StatefulSets, ReplicaSets,
+    /// ReplicationControllers), every one of them, GPUs or not.
+    pub scalable: HashMap<ScaleTarget, Scalable>,
+    /// Nodes that offer GPUs (a DaemonSet runs one pod on each); `None`: unknown.
+    pub gpu_nodes: Option<u64>,
 }
 
 impl Snapshot {
@@ -54,12 +97,42 @@ impl Snapshot {
             attestations: by_namespace,
             namespaces: namespaces.into_iter().collect(),
             claim_templates,
+            ..Self::default()
         }
+    }
+
+    /// Records that `namespace` holds `gpus` GPUs with an object labelled `labels`.
+    pub fn add_held(&mut self, namespace: &str, labels: BTreeMap<String, String>, gpus: f64) {
+        if gpus.is_finite() && gpus > 0.0 {
+            self.held
+                .entry(namespace.to_string())
+                .or_default()
+                .push(Held {
+                    labels: Arc::new(labels),
+                    gpus,
+                });
+        }
+    }
+
+    /// Records the parent of a `/scale` subresource.
+    pub fn add_scalable(&mut self, target: ScaleTarget, scalable: Scalable) {
+        self.scalable.insert(target, scalable);
     }
 
     /// Number of attestations cached.
     pub fn attestation_count(&self) -> usize {
         self.attestations.values().map(Vec::len).sum()
+    }
+
+    /// GPUs `namespace` holds now.
+    pub fn held_gpus(&self, namespace: &str) -> f64 {
+        total(
+            self.held
+                .get(namespace)
+                .into_iter()
+                .flatten()
+                .map(|h| h.gpus),
+        )
     }
 }
 
@@ -90,8 +163,16 @@ pub enum Reason {
     TooFewGpus,
     /// Evidence below the policy's requirement.
     InsufficientEvidence,
-    /// The namespace's monthly budget is used up.
+    /// The claim's cost until the month's end does not fit the namespace's budget left.
     OverBudget,
+    /// The namespace would hold more GPUs than its unattested allowance plus its
+    /// approved, unexpired attestations (G1).
+    OverAllowance,
+    /// The claim has no bound the gate can see (a DaemonSet on unknown nodes, a CronJob
+    /// whose runs overlap, a kind it cannot count, the scale of a parent it has not seen).
+    OpenEnded,
+    /// An approval written by the person who last changed the attestation's spec.
+    SelfApproval,
     /// The object cannot be read (a field of the wrong type).
     Unreadable,
     /// A ReadinessAttestation write that is valid.
@@ -117,6 +198,9 @@ impl Reason {
             Reason::TooFewGpus => "too_few_gpus",
             Reason::InsufficientEvidence => "insufficient_evidence",
             Reason::OverBudget => "over_budget",
+            Reason::OverAllowance => "over_allowance",
+            Reason::OpenEnded => "open_ended",
+            Reason::SelfApproval => "self_approval",
             Reason::Unreadable => "unreadable",
             Reason::AttestationValid => "attestation_valid",
             Reason::AttestationInvalid => "attestation_invalid",
@@ -191,25 +275,116 @@ impl Decision {
     }
 }
 
-/// How the gate counts GPUs.
-#[derive(Clone, Debug, Default)]
+/// The identities whose writes of a controller-owned object (a pod of a ReplicaSet, a
+/// ReplicaSet of a Deployment, a Job of a CronJob, a claim of a pod) are trusted: the
+/// object's owner was gated, so it is not gated twice. kube-controller-manager's own
+/// identity and its per-controller ServiceAccounts (`--use-service-account-credentials`).
+/// Operators (KubeRay, the training operator, JobSet, …) are added by name
+/// (`--trusted-controller`, the chart's `webhook.trustedControllers`), never by a
+/// `system:` prefix (G7).
+pub const DEFAULT_TRUSTED_CONTROLLERS: [&str; 9] = [
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:replicaset-controller",
+    "system:serviceaccount:kube-system:deployment-controller",
+    "system:serviceaccount:kube-system:statefulset-controller",
+    "system:serviceaccount:kube-system:daemon-set-controller",
+    "system:serviceaccount:kube-system:job-controller",
+    "system:serviceaccount:kube-system:cronjob-controller",
+    "system:serviceaccount:kube-system:replication-controller",
+    "system:serviceaccount:kube-system:resource-claim-controller",
+];
+
+/// How the gate counts GPUs and whom it trusts.
+#[derive(Clone, Debug)]
 pub struct Settings {
     pub resources: GpuResources,
+    /// Usernames whose writes of controller-owned objects are not gated again.
+    pub trusted_controllers: Vec<String>,
 }
 
-struct Templates<'a>(&'a HashMap<(String, String), f64>);
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            resources: GpuResources::default(),
+            trusted_controllers: DEFAULT_TRUSTED_CONTROLLERS.map(String::from).to_vec(),
+        }
+    }
+}
 
-impl ClaimTemplates for Templates<'_> {
+struct Facts<'a>(&'a Snapshot);
+
+impl ClaimTemplates for Facts<'_> {
     fn gpus(&self, namespace: &str, name: &str) -> Option<f64> {
         self.0
+            .claim_templates
             .get(&(namespace.to_string(), name.to_string()))
             .copied()
+    }
+
+    fn claim_gpus(&self, namespace: &str, name: &str) -> Option<f64> {
+        self.0
+            .claims
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    fn gpu_nodes(&self) -> Option<u64> {
+        self.0.gpu_nodes
     }
 }
 
 /// The month of `now` as `YYYY-MM` (UTC), the key of published namespace spend.
 pub fn month_of(now: Timestamp) -> String {
     now.strftime("%Y-%m").to_string()
+}
+
+/// The first instant of the month after `now` (UTC).
+pub fn month_end(now: Timestamp) -> Timestamp {
+    let date = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+    let first = date.first_of_month();
+    first
+        .checked_add(jiff::Span::new().months(1))
+        .ok()
+        .and_then(|d| d.to_zoned(jiff::tz::TimeZone::UTC).ok())
+        .map_or(now, |z| z.timestamp())
+}
+
+/// The GpuPolicy whose admission rules apply in a namespace labelled `namespace_labels`:
+/// among the policies with `spec.admission` whose `match.namespaceSelector` selects it,
+/// the highest `priority`, then the alphabetically first name. Workload labels and kinds
+/// are not consulted: the team writes those (G6).
+pub fn admission_policy<'a>(
+    policies: impl IntoIterator<Item = &'a GpuPolicy>,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Option<(&'a GpuPolicy, &'a AdmissionSpec)> {
+    let mut best: Option<(&GpuPolicy, &AdmissionSpec)> = None;
+    for policy in policies {
+        let Some(rules) = policy.spec.admission.as_ref() else {
+            continue;
+        };
+        let selected = policy
+            .spec
+            .match_
+            .namespace_selector
+            .as_ref()
+            .is_none_or(|s| selector::matches(s, namespace_labels));
+        if !selected {
+            continue;
+        }
+        let wins = best.is_none_or(|(b, _)| {
+            (
+                policy.spec.priority,
+                std::cmp::Reverse(policy.metadata.name.as_deref()),
+            ) > (
+                b.spec.priority,
+                std::cmp::Reverse(b.metadata.name.as_deref()),
+            )
+        });
+        if wins {
+            best = Some((policy, rules));
+        }
+    }
+    best
 }
 
 /// Decides one admission request.
@@ -225,47 +400,38 @@ pub fn admit(
     if request.kind.group == crate::api::GROUP && request.kind.kind == "ReadinessAttestation" {
         return super::attestation::validate(request, now);
     }
-    // `kubectl scale` sends a Scale object without the pod template: nothing to count.
+    if request.sub_resource.as_deref() == Some("scale") {
+        return admit_scale(request, snapshot, now);
+    }
+    // Other subresources (status, binding, ephemeral containers) carry no GPU requests.
     if request.sub_resource.is_some() {
         return Decision::allow(Reason::NotAClaim);
     }
     let Some(object) = &request.object else {
         return Decision::allow(Reason::NotAClaim);
     };
-    let templates = Templates(&snapshot.claim_templates);
-    let counted = count::count(object, &request.namespace, &settings.resources, &templates);
+    let facts = Facts(snapshot);
+    let counted = count::count(object, &request.namespace, &settings.resources, &facts);
     if let Ok(Counted::NotGoverned) = counted {
         return Decision::allow(Reason::NotAClaim);
     }
-    let empty = BTreeMap::new();
-    let namespace_labels = snapshot
-        .namespaces
-        .get(&request.namespace)
-        .unwrap_or(&empty);
-    let labels = object_labels(object);
-    let kind = request.kind.kind.as_str();
-    let (policy, _) = policy::select(
-        snapshot.policies.iter().map(|p| p.as_ref()),
-        kind,
-        namespace_labels,
-        &labels,
-    );
-    // Only a controller's own write is trusted to carry a controller ownerReference: a
-    // person (or a token the team holds) could write one by hand to slip a bare pod past
-    // the gate, so theirs is counted as if the reference were not there.
+    // Only a listed controller's own write is trusted to carry a controller
+    // ownerReference: a person (or a token the team holds) could write one by hand to slip
+    // a bare pod past the gate, so theirs is counted as if the reference were not there.
     let counted = match counted {
         Ok(Counted::OwnedBy { .. })
-            if is_controller_identity(&request.user_info.username, &request.namespace) =>
+            if settings
+                .trusted_controllers
+                .contains(&request.user_info.username) =>
         {
             return Decision::allow(Reason::OwnedByController);
         }
-        Ok(Counted::OwnedBy { .. }) => {
-            let mut bare = object.clone();
-            if let Some(meta) = bare["metadata"].as_object_mut() {
-                meta.remove("ownerReferences");
-            }
-            count::count(&bare, &request.namespace, &settings.resources, &templates)
-        }
+        Ok(Counted::OwnedBy { .. }) => count::count(
+            &without_owners(object),
+            &request.namespace,
+            &settings.resources,
+            &facts,
+        ),
         other => other,
     };
     let counted = match counted {
@@ -275,150 +441,390 @@ pub fn admit(
         Ok(Counted::Claim(claim)) => Ok(claim),
         Err(e) => Err(e),
     };
-    let Some((policy, rules)) = policy.and_then(|p| p.spec.admission.as_ref().map(|a| (p, a)))
-    else {
+    let kind = request.kind.kind.as_str();
+    let Some(gate) = Gate::new(request, snapshot, workload_name(request, object), kind) else {
         let mut d = Decision::allow(Reason::NoPolicy);
         d.gpus = counted.ok().map(|c| c.gpus);
         return d;
     };
-    let subject = message::Subject {
-        kind,
-        namespace: &request.namespace,
-        name: workload_name(request, object),
-        policy: policy.metadata.name.as_deref().unwrap_or_default(),
-        large: rules.large_claim_gpus,
-    };
     let claim = match counted {
         Ok(claim) => claim,
         Err(e) => {
-            let text = message::unreadable(&subject, &e);
-            return finish(
-                rules,
-                Reason::Unreadable,
-                text,
-                policy,
-                None,
-                None,
-                Vec::new(),
-            );
+            let text = message::unreadable(&gate.subject(), &e);
+            return gate.finish(Reason::Unreadable, text, None, None, Vec::new());
         }
+    };
+    let before = match (&request.operation, &request.old_object) {
+        (Operation::Update, Some(old)) => {
+            let old = if matches!(
+                count::count(old, &request.namespace, &settings.resources, &facts),
+                Ok(Counted::OwnedBy { .. })
+            ) {
+                without_owners(old)
+            } else {
+                old.clone()
+            };
+            match count::count(&old, &request.namespace, &settings.resources, &facts) {
+                Ok(Counted::Claim(before)) => Some(before),
+                _ => None,
+            }
+        }
+        _ => None,
     };
     let mut warnings = Vec::new();
     if !claim.unresolved_claim_templates.is_empty() {
         warnings.push(message::unresolved_templates(
-            &subject,
+            &gate.subject(),
             &claim.unresolved_claim_templates,
         ));
     }
-    let allow = |reason| Decision {
-        gpus: Some(claim.gpus),
-        policy: policy.metadata.name.clone(),
-        warnings: warnings.clone(),
-        ..Decision::allow(reason)
-    };
-    if request.operation == Operation::Update
-        && let Some(old) = &request.old_object
-        && let Ok(Counted::Claim(before)) =
-            count::count(old, &request.namespace, &settings.resources, &templates)
-        && claim.gpus <= before.gpus
-    {
-        return allow(Reason::NotIncreased);
+    if !claim.unresolved_claims.is_empty() {
+        warnings.push(message::unresolved_claims(
+            &gate.subject(),
+            &claim.unresolved_claims,
+        ));
     }
-    if claim.gpus <= f64::from(rules.large_claim_gpus) {
-        return allow(Reason::WithinLimit);
-    }
-    if let Some(budget) = rules.monthly_budget_usd {
-        let month = month_of(now);
-        let spent = policy.spend_of(&request.namespace, &month);
-        if spent >= budget {
-            let text = message::over_budget(&subject, claim.gpus, spent, budget, &month);
-            return finish(
-                rules,
-                Reason::OverBudget,
-                text,
-                policy,
-                Some(claim.gpus),
-                None,
-                warnings,
-            );
-        }
-    }
-    let candidates: Vec<&ReadinessAttestation> = snapshot
-        .attestations
-        .get(&request.namespace)
-        .into_iter()
-        .flatten()
-        .map(|a| a.as_ref())
-        .filter(|a| {
-            claim
-                .label_sets
-                .iter()
-                .any(|labels| selector::matches(&a.spec.selector, labels))
-        })
-        .collect();
-    // The candidate that gets furthest through the checks; on a tie, the first by name.
-    let mut best: Option<(usize, Check, &ReadinessAttestation)> = None;
-    for a in candidates {
-        let check = check_attestation(a, claim.gpus, rules, now);
-        let rank = check.rank();
-        let better = best
-            .as_ref()
-            .is_none_or(|(r, _, b)| rank > *r || (rank == *r && a.metadata.name < b.metadata.name));
-        if better {
-            best = Some((rank, check, a));
-        }
-    }
-    let Some((_, check, attestation)) = best else {
-        let text = message::no_attestation(&subject, claim.gpus);
-        return finish(
-            rules,
-            Reason::NoAttestation,
-            text,
-            policy,
-            Some(claim.gpus),
-            None,
-            warnings,
-        );
-    };
-    let name = attestation.metadata.name.clone().unwrap_or_default();
-    if check == Check::Passes {
-        let mut d = allow(Reason::Attested);
-        d.attestation = Some(name);
-        return d;
-    }
-    let (reason, text) = message::attestation_failure(&subject, claim.gpus, &name, &check);
-    finish(
-        rules,
-        reason,
-        text,
-        policy,
-        Some(claim.gpus),
-        Some(name),
-        warnings,
-    )
+    gate.judge(&claim, before.as_ref(), warnings, snapshot, now)
 }
 
-fn finish(
-    rules: &AdmissionSpec,
-    reason: Reason,
-    message: String,
-    policy: &GpuPolicy,
-    gpus: Option<f64>,
-    attestation: Option<String>,
-    warnings: Vec<String>,
-) -> Decision {
-    Decision {
-        verdict: match rules.mode {
-            AdmissionMode::Enforce => Verdict::Deny,
-            AdmissionMode::Warn => Verdict::Warn,
-        },
-        reason,
-        message: Some(message),
-        warnings,
-        gpus,
-        policy: policy.metadata.name.clone(),
-        attestation,
+fn without_owners(object: &Value) -> Value {
+    let mut bare = object.clone();
+    if let Some(meta) = bare["metadata"].as_object_mut() {
+        meta.remove("ownerReferences");
     }
+    bare
+}
+
+/// A write to `<resource>/scale`: an `autoscaling/v1` Scale whose `spec.replicas` is the
+/// new size, judged as that many replicas of the parent the caches hold.
+fn admit_scale(request: &AdmissionRequest, snapshot: &Snapshot, now: Timestamp) -> Decision {
+    let replicas = |v: Option<&Value>| -> Option<u64> {
+        let r = &v?["spec"]["replicas"];
+        if r.is_null() { Some(0) } else { r.as_u64() }
+    };
+    let resource = request.resource.clone().unwrap_or_default();
+    let kind = match resource.resource.as_str() {
+        "deployments" => "Deployment",
+        "statefulsets" => "StatefulSet",
+        "replicasets" => "ReplicaSet",
+        "replicationcontrollers" => "ReplicationController",
+        other => other,
+    };
+    let name = request.name.as_str();
+    let Some(gate) = Gate::new(request, snapshot, name, kind) else {
+        return Decision::allow(Reason::NoPolicy);
+    };
+    let Some(new) = replicas(request.object.as_ref()) else {
+        let e = count::CountError {
+            path: "spec.replicas".into(),
+            problem: "expected a non-negative integer in the Scale object".into(),
+        };
+        let text = message::unreadable(&gate.subject(), &e);
+        return gate.finish(Reason::Unreadable, text, None, None, Vec::new());
+    };
+    let old = replicas(request.old_object.as_ref());
+    if old.is_some_and(|old| new <= old) {
+        return Decision::allow(Reason::NotIncreased);
+    }
+    let target = (
+        resource.group.clone(),
+        resource.resource.clone(),
+        request.namespace.clone(),
+        name.to_string(),
+    );
+    let (claim, before) = match snapshot.scalable.get(&target) {
+        Some(parent) => {
+            let claim = |n: u64| Claim {
+                gpus: n as f64 * parent.per_replica,
+                label_sets: parent.label_sets.clone(),
+                basis: format!("{n} replicas × {} GPUs", parent.per_replica),
+                unresolved_claim_templates: Vec::new(),
+                named_claim_gpus: 0.0,
+                unresolved_claims: Vec::new(),
+                open_ended: None,
+            };
+            (claim(new), old.map(claim))
+        }
+        None => (
+            Claim {
+                gpus: 0.0,
+                label_sets: vec![BTreeMap::new()],
+                basis: format!("{new} replicas of an unknown pod template"),
+                unresolved_claim_templates: Vec::new(),
+                named_claim_gpus: 0.0,
+                unresolved_claims: Vec::new(),
+                open_ended: Some(format!(
+                    "the GPU budget gate has not seen {} {}/{name}, so it cannot count what {new} replicas claim; try again in a few seconds",
+                    resource.resource, request.namespace
+                )),
+            },
+            None,
+        ),
+    };
+    gate.judge(&claim, before.as_ref(), Vec::new(), snapshot, now)
+}
+
+/// The rules that apply to one write, and whom it is about.
+struct Gate<'a> {
+    policy: &'a GpuPolicy,
+    rules: &'a AdmissionSpec,
+    kind: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+impl<'a> Gate<'a> {
+    fn new(
+        request: &'a AdmissionRequest,
+        snapshot: &'a Snapshot,
+        name: &'a str,
+        kind: &'a str,
+    ) -> Option<Self> {
+        let empty = BTreeMap::new();
+        let namespace_labels = snapshot
+            .namespaces
+            .get(&request.namespace)
+            .unwrap_or(&empty);
+        let (policy, rules) = admission_policy(
+            snapshot.policies.iter().map(|p| p.as_ref()),
+            namespace_labels,
+        )?;
+        Some(Self {
+            policy,
+            rules,
+            kind,
+            namespace: &request.namespace,
+            name,
+        })
+    }
+
+    fn subject(&self) -> message::Subject<'_> {
+        message::Subject {
+            kind: self.kind,
+            namespace: self.namespace,
+            name: self.name,
+            policy: self.policy.metadata.name.as_deref().unwrap_or_default(),
+            large: self.rules.large_claim_gpus,
+        }
+    }
+
+    /// GPUs the namespace may hold without an attestation.
+    fn allowance(&self) -> f64 {
+        f64::from(
+            self.rules
+                .unattested_gpus
+                .unwrap_or(self.rules.large_claim_gpus),
+        )
+    }
+
+    fn finish(
+        &self,
+        reason: Reason,
+        message: String,
+        gpus: Option<f64>,
+        attestation: Option<String>,
+        warnings: Vec<String>,
+    ) -> Decision {
+        Decision {
+            verdict: match self.rules.mode {
+                AdmissionMode::Enforce => Verdict::Deny,
+                AdmissionMode::Warn => Verdict::Warn,
+            },
+            reason,
+            message: Some(message),
+            warnings,
+            gpus,
+            policy: self.policy.metadata.name.clone(),
+            attestation,
+        }
+    }
+
+    /// Decides a counted claim; `before` is what the object claimed before an update.
+    fn judge(
+        &self,
+        claim: &Claim,
+        before: Option<&Claim>,
+        warnings: Vec<String>,
+        snapshot: &Snapshot,
+        now: Timestamp,
+    ) -> Decision {
+        let subject = self.subject();
+        let gpus = claim.gpus;
+        let allow = |reason, attestation: Option<String>| Decision {
+            gpus: Some(gpus),
+            policy: self.policy.metadata.name.clone(),
+            warnings: warnings.clone(),
+            attestation,
+            ..Decision::allow(reason)
+        };
+        let grows_open_ended =
+            claim.open_ended.is_some() && before.is_none_or(|b| b.open_ended.is_none());
+        if let Some(before) = before
+            && gpus <= before.gpus
+            && !grows_open_ended
+        {
+            return allow(Reason::NotIncreased, None);
+        }
+        if let Some(why) = &claim.open_ended {
+            let text = message::open_ended(&subject, gpus, why);
+            return self.finish(Reason::OpenEnded, text, Some(gpus), None, warnings);
+        }
+        // What this write adds to what the namespace holds: named ResourceClaims were
+        // counted when they were created, and an update's pods already run.
+        let own = |c: &Claim| (c.gpus - c.named_claim_gpus).max(0.0);
+        let added = (own(claim) - before.map_or(0.0, own)).max(0.0);
+        // Nothing new and small (most writes: a Deployment without GPUs, a pod naming a
+        // claim already held): admitted even in a namespace over what it may hold.
+        if added <= 0.0 && gpus <= f64::from(self.rules.large_claim_gpus) {
+            return allow(Reason::WithinLimit, None);
+        }
+        let in_namespace: Vec<&ReadinessAttestation> = snapshot
+            .attestations
+            .get(self.namespace)
+            .into_iter()
+            .flatten()
+            .map(|a| a.as_ref())
+            .collect();
+        let held: &[Held] = snapshot
+            .held
+            .get(self.namespace)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let standing: Vec<&ReadinessAttestation> = in_namespace
+            .iter()
+            .copied()
+            .filter(|a| standing(a, now))
+            .collect();
+        let allowance = self.allowance();
+        let held_total = total(held.iter().map(|h| h.gpus));
+        let capacity = allowance + total(standing.iter().map(|a| f64::from(a.spec.max_gpus)));
+        let held_unattested = total(
+            held.iter()
+                .filter(|h| {
+                    !standing
+                        .iter()
+                        .any(|a| selector::matches(&a.spec.selector, &h.labels))
+                })
+                .map(|h| h.gpus),
+        );
+        let within_allowance =
+            gpus <= f64::from(self.rules.large_claim_gpus) && held_unattested + added <= allowance;
+        // The candidate that gets furthest through the checks; on a tie, the first by name.
+        let mut best: Option<(usize, Check, &ReadinessAttestation)> = None;
+        if !within_allowance {
+            for a in in_namespace.iter().copied().filter(|a| {
+                claim
+                    .label_sets
+                    .iter()
+                    .any(|labels| selector::matches(&a.spec.selector, labels))
+            }) {
+                let held_by_it = total(
+                    held.iter()
+                        .filter(|h| selector::matches(&a.spec.selector, &h.labels))
+                        .map(|h| h.gpus),
+                );
+                let check = check_attestation_held(a, gpus, added, held_by_it, self.rules, now);
+                let rank = check.rank();
+                let better = best.as_ref().is_none_or(|(r, _, b)| {
+                    rank > *r || (rank == *r && a.metadata.name < b.metadata.name)
+                });
+                if better {
+                    best = Some((rank, check, a));
+                }
+            }
+        }
+        let covering = best
+            .as_ref()
+            .filter(|(_, check, _)| *check == Check::Passes)
+            .map(|(_, _, a)| *a);
+        let denial = if within_allowance || covering.is_some() {
+            // Whichever bucket it fits, the namespace as a whole must have room (G1): a
+            // pod several attestations select counts in each of them.
+            (held_total + added > capacity).then(|| {
+                (
+                    Reason::OverAllowance,
+                    message::over_allowance(&subject, gpus, held_total, added, allowance, capacity),
+                    None,
+                )
+            })
+        } else {
+            Some(match &best {
+                None if gpus <= f64::from(self.rules.large_claim_gpus) => (
+                    Reason::OverAllowance,
+                    message::unattested_allowance(
+                        &subject,
+                        gpus,
+                        held_unattested,
+                        added,
+                        allowance,
+                    ),
+                    None,
+                ),
+                None => (
+                    Reason::NoAttestation,
+                    message::no_attestation(&subject, gpus),
+                    None,
+                ),
+                Some((_, check, a)) => {
+                    let name = a.metadata.name.clone().unwrap_or_default();
+                    let (reason, text) = message::attestation_failure(&subject, gpus, &name, check);
+                    (reason, text, Some(name))
+                }
+            })
+        };
+        // G3: what the claim costs until the month ends (or the attestation expires) must
+        // fit what is left of the budget; over it, the namespace gets no new GPUs.
+        if let Some(budget) = self.rules.monthly_budget_usd
+            && added > 0.0
+        {
+            let month = month_of(now);
+            let spent = self.policy.spend_of(self.namespace, &month);
+            let mut until = month_end(now);
+            if let Some(a) = covering {
+                until = until.min(a.spec.expires_at.0);
+            }
+            let hours = (until.as_second() - now.as_second()).max(0) as f64 / 3600.0;
+            let cost = added * self.hourly_usd() * hours;
+            if spent + cost > budget {
+                let text = message::over_budget(&subject, gpus, cost, spent, budget, &month);
+                return self.finish(Reason::OverBudget, text, Some(gpus), None, warnings);
+            }
+        }
+        match denial {
+            None => match covering {
+                Some(a) => allow(Reason::Attested, a.metadata.name.clone()),
+                None => allow(Reason::WithinLimit, None),
+            },
+            Some((reason, text, attestation)) => {
+                self.finish(reason, text, Some(gpus), attestation, warnings)
+            }
+        }
+    }
+
+    /// The price of a GPU-hour a claim is charged at: the policy's dearest, since the
+    /// gate cannot know which model the pods will get.
+    fn hourly_usd(&self) -> f64 {
+        let cost = &self.policy.spec.cost;
+        cost.by_model
+            .values()
+            .copied()
+            .filter(|p| p.is_finite())
+            .fold(cost.default_hourly_usd, f64::max)
+            .max(0.0)
+    }
+}
+
+/// A sum that is +0 when empty (`Iterator::sum` of no `f64` is -0, printed "-0").
+fn total(values: impl Iterator<Item = f64>) -> f64 {
+    values.fold(0.0, |a, b| a + b)
+}
+
+/// Approved for its current spec and unexpired: counts toward what a namespace may hold.
+fn standing(a: &ReadinessAttestation, now: Timestamp) -> bool {
+    matches!(
+        check_attestation_held(a, 0.0, 0.0, 0.0, &AdmissionSpec::default(), now),
+        Check::Passes
+    )
 }
 
 /// The first check an attestation fails, in the order an approver would fix them.
@@ -434,6 +840,8 @@ pub enum Check {
     },
     TooFewGpus {
         max: u32,
+        /// GPUs the workloads it selects already hold.
+        held: f64,
     },
     LowThroughput {
         per_gpu: f64,
@@ -456,10 +864,23 @@ impl Check {
     }
 }
 
-/// Runs the checks of one attestation against a claim of `gpus`.
+/// Runs the checks of one attestation against a claim of `gpus`, nothing else held.
 pub fn check_attestation(
     a: &ReadinessAttestation,
     gpus: f64,
+    rules: &AdmissionSpec,
+    now: Timestamp,
+) -> Check {
+    check_attestation_held(a, gpus, gpus, 0.0, rules, now)
+}
+
+/// Runs the checks of one attestation against a claim of `gpus` that adds `added` to the
+/// `held` GPUs the workloads it selects hold now: its `maxGpus` is one budget for all.
+pub fn check_attestation_held(
+    a: &ReadinessAttestation,
+    gpus: f64,
+    added: f64,
+    held: f64,
     rules: &AdmissionSpec,
     now: Timestamp,
 ) -> Check {
@@ -484,9 +905,11 @@ pub fn check_attestation(
             at: a.spec.expires_at.0,
         };
     }
-    if f64::from(a.spec.max_gpus) < gpus {
+    let max = f64::from(a.spec.max_gpus);
+    if max < gpus || max < held + added {
         return Check::TooFewGpus {
             max: a.spec.max_gpus,
+            held,
         };
     }
     if let Some(required) = &rules.require_evidence {
@@ -504,26 +927,6 @@ pub fn check_attestation(
         }
     }
     Check::Passes
-}
-
-/// Service accounts (controllers) and the control plane's own identities.
-/// Whether a write comes from a controller: a `system:` identity, except the anonymous
-/// user and the ServiceAccounts of the object's own namespace. The team that owns a
-/// namespace holds those tokens (a CI bot's, a notebook's), so a reference written with
-/// one is no proof that a gated workload made the pod. Controllers run as their own
-/// namespace's ServiceAccounts (kube-system, kserve, ray-system, …) or as
-/// `system:kube-controller-manager`. The chart's `not-a-controller-made-pod`
-/// matchCondition says the same in CEL.
-fn is_controller_identity(username: &str, namespace: &str) -> bool {
-    let own_service_account = username
-        .strip_prefix("system:serviceaccount:")
-        .and_then(|rest| rest.split_once(':'))
-        .is_some_and(|(ns, _)| ns == namespace);
-    username.starts_with("system:") && username != "system:anonymous" && !own_service_account
-}
-
-fn object_labels(object: &Value) -> BTreeMap<String, String> {
-    selector::string_map(&object["metadata"]["labels"])
 }
 
 fn workload_name<'a>(request: &'a AdmissionRequest, object: &'a Value) -> &'a str {

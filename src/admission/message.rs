@@ -78,17 +78,84 @@ pub fn unresolved_templates(s: &Subject, names: &[String]) -> String {
     )
 }
 
-pub fn over_budget(s: &Subject, gpus: f64, spent: f64, budget: f64, month: &str) -> String {
+pub fn unresolved_claims(s: &Subject, names: &[String]) -> String {
     format!(
-        "{} claims {} GPUs, more than the {} GpuPolicy {:?} allows once namespace {} is over its GPU budget, and the namespace has used {} of its {} USD budget for {month}; ask the platform team to raise spec.admission.monthlyBudgetUsd, or claim at most {} GPUs (see {DOCS}).",
+        "{} names ResourceClaim {} that the GPU budget gate has not seen, so its GPUs there were not counted; create the claim before the workload.",
+        s.who(),
+        names.join(", ")
+    )
+}
+
+pub fn over_budget(
+    s: &Subject,
+    gpus: f64,
+    cost: f64,
+    spent: f64,
+    budget: f64,
+    month: &str,
+) -> String {
+    format!(
+        "{} claims {} GPUs, which would cost about {} USD by the end of {month}, and namespace {} has used {} of its {} USD budget for {month} under GpuPolicy {:?}, leaving {} USD; ask the platform team to raise spec.admission.monthlyBudgetUsd, or claim fewer GPUs (see {DOCS}).",
         s.who(),
         gpu_count(gpus),
-        s.large,
-        s.policy,
+        usd(cost),
         s.namespace,
         usd(spent),
         usd(budget),
-        s.large
+        s.policy,
+        usd((budget - spent).max(0.0)),
+    )
+}
+
+pub fn open_ended(s: &Subject, gpus: f64, why: &str) -> String {
+    format!(
+        "{} claims at least {} GPU{} with no upper bound the GPU budget gate of GpuPolicy {:?} can count, because {why}, so it is refused as a claim above the namespace's allowance (see {DOCS}).",
+        s.who(),
+        gpu_count(gpus),
+        if gpus == 1.0 { "" } else { "s" },
+        s.policy
+    )
+}
+
+pub fn over_allowance(
+    s: &Subject,
+    gpus: f64,
+    held: f64,
+    added: f64,
+    allowance: f64,
+    capacity: f64,
+) -> String {
+    format!(
+        "{} claims {} GPUs, but namespace {} already holds {} GPUs and may hold {} under GpuPolicy {:?} ({} without an attestation plus the maxGpus of its approved, unexpired ReadinessAttestations), so {} more do not fit; free GPUs, or create a ReadinessAttestation for the workload and ask an approver to run `gpu-reaper attest approve {}/<name>` (see {DOCS}).",
+        s.who(),
+        gpu_count(gpus),
+        s.namespace,
+        gpu_count(held),
+        gpu_count(capacity),
+        s.policy,
+        gpu_count(allowance),
+        gpu_count(added),
+        s.namespace,
+    )
+}
+
+pub fn unattested_allowance(
+    s: &Subject,
+    gpus: f64,
+    held: f64,
+    added: f64,
+    allowance: f64,
+) -> String {
+    format!(
+        "{} claims {} GPUs, but namespace {} already holds {} GPUs outside any approved ReadinessAttestation and GpuPolicy {:?} allows {} in all without one, so {} more do not fit; free GPUs, or create a ReadinessAttestation that selects the workload and ask an approver to run `gpu-reaper attest approve {}/<name>` (see {DOCS}).",
+        s.who(),
+        gpu_count(gpus),
+        s.namespace,
+        gpu_count(held),
+        s.policy,
+        gpu_count(allowance),
+        gpu_count(added),
+        s.namespace,
     )
 }
 
@@ -129,7 +196,17 @@ pub fn attestation_failure(s: &Subject, gpus: f64, name: &str, check: &Check) ->
             format!("ReadinessAttestation {full} expired on {}", day(*at)),
             format!("set a later spec.expiresAt and ask an approver to run {approve}"),
         ),
-        Check::TooFewGpus { max } => (
+        Check::TooFewGpus { max, held } if *held > 0.0 => (
+            Reason::TooFewGpus,
+            format!(
+                "ReadinessAttestation {full} covers {max} GPUs in all and the workloads it selects already hold {} of them",
+                gpu_count(*held)
+            ),
+            format!(
+                "free GPUs it covers, or raise spec.maxGpus and ask an approver to run {approve}"
+            ),
+        ),
+        Check::TooFewGpus { max, .. } => (
             Reason::TooFewGpus,
             format!(
                 "ReadinessAttestation {full} covers {max} of the {} GPUs",

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub not_ready: Counter,
     pub cached: Family<ResourceLabels, Gauge>,
     pub watch_errors: Family<ResourceLabels, Counter>,
+    pub unreadable: Family<ResourceLabels, Counter>,
+    pub skipped: Family<ResourceLabels, Gauge>,
     pub tls_reloads: Family<ResultLabels, Counter>,
 }
 
@@ -83,6 +85,18 @@ impl Metrics {
             "Errors of the watches that feed the caches, by resource",
             watch_errors.clone(),
         );
+        let unreadable = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "admission_unreadable_objects",
+            "Cached objects the budget gate could not read and skipped (each skip of a version), by resource",
+            unreadable.clone(),
+        );
+        let skipped = Family::<ResourceLabels, Gauge>::default();
+        registry.register(
+            "admission_skipped_objects",
+            "Objects skipped as unreadable in the current snapshot, by resource",
+            skipped.clone(),
+        );
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "admission_tls_reloads",
@@ -97,6 +111,8 @@ impl Metrics {
             not_ready,
             cached,
             watch_errors,
+            unreadable,
+            skipped,
             tls_reloads,
         }
     }

@@ -5,7 +5,8 @@
 //! kind), `decide` (`admit(request, snapshot)`), `message` (the sentences kubectl prints),
 //! `attestation` (rules on attestation writes). IO at the edges: `server` (axum over
 //! rustls, certificate reload), `cache` (reflectors → snapshot), `metrics`, `check`
-//! (the offline CLI), `approve` (`gpu-reaper attest approve|revoke`).
+//! (the offline CLI), `approve` (`gpu-reaper attest approve|revoke`). `quota` (pure): the
+//! ResourceQuota and attestation condition the controller is to keep (G2, not wired yet).
 
 pub mod approve;
 pub mod attestation;
@@ -15,6 +16,7 @@ pub mod count;
 pub mod decide;
 pub mod message;
 pub mod metrics;
+pub mod quota;
 pub mod review;
 pub mod server;
 pub mod webhook;

@@ -18,6 +18,18 @@ pub struct GroupVersionKind {
     pub kind: String,
 }
 
+/// The API group/version/resource a request was made to (for `deployments/scale`, the
+/// parent's: group `apps`, resource `deployments`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupVersionResource {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub resource: String,
+}
+
 /// The write being reviewed.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "UPPERCASE")]
@@ -43,6 +55,8 @@ pub struct UserInfo {
 pub struct AdmissionRequest {
     pub uid: String,
     pub kind: GroupVersionKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<GroupVersionResource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_resource: Option<String>,
     #[serde(default)]
@@ -105,6 +119,12 @@ pub struct AdmissionResponse {
     pub status: Option<ResponseStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `JSONPatch` when `patch` is set (mutating webhook only).
+    #[serde(default, rename = "patchType", skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    /// Base64 of the JSON patch (mutating webhook only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
 }
 
 /// The `status` of a denial: what kubectl prints after `denied the request:`.
@@ -161,6 +181,8 @@ mod tests {
                 message: "no".into(),
             }),
             warnings: vec![],
+            patch_type: None,
+            patch: None,
         });
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["response"]["uid"], "u1");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -63,30 +63,39 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
 }
 
-/// The webhook's routes.
+/// The webhook's routes, served over TLS: `/validate`, `/mutate` and the probes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    probe_routes()
         .route("/validate", post(validate))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/mutate", post(mutate))
+        // axum's default body limit (2 MiB) would answer 413 before the handler, and the
+        // API server applies the failurePolicy to a 413: under Ignore, a padded object
+        // would be admitted. Reviews up to what the API server can send are read.
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 
-/// Largest AdmissionReview accepted; the API server's own request limit is 3 MiB, and a
-/// review carries the object twice on update.
-const MAX_BODY: usize = 8 << 20;
+/// The routes of the plain-HTTP probe port: `/healthz`, `/readyz`, `/metrics`. Never
+/// `/validate`: any pod could ask it for decisions, and nothing there is authenticated.
+pub fn probe_router(state: AppState) -> Router {
+    probe_routes().with_state(state)
+}
+
+fn probe_routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+}
+
+/// Largest AdmissionReview read. The API server refuses requests over 3 MiB and etcd
+/// objects over 1.5 MiB; a review of an UPDATE carries the object twice, in JSON, which
+/// can be larger than the stored form. 8 MiB covers every review the API server can send,
+/// so no review it sends meets a 413 (which the failurePolicy would turn into an allow).
+pub const MAX_BODY: usize = 8 << 20;
 
 async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
-    if body.len() > MAX_BODY {
-        state.metrics.malformed.inc();
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "AdmissionReview larger than 8 MiB\n",
-        )
-            .into_response();
-    }
     let request = match review::parse(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -115,6 +124,8 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
             message: decision.message.clone().unwrap_or_default(),
         }),
         warnings: decision.all_warnings(),
+        patch_type: None,
+        patch: None,
     };
     let body = review::response_body(&response);
     state.metrics.decided(
@@ -149,6 +160,38 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
         log();
     }
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The mutating webhook: records who changed a ReadinessAttestation's spec (G5). Needs no
+/// cache, so it answers before the caches sync; it never refuses a write (the validating
+/// webhook does).
+async fn mutate(State(state): State<AppState>, body: Bytes) -> Response {
+    use base64::Engine as _;
+    let request = match review::parse(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            state.metrics.malformed.inc();
+            tracing::warn!(error = %e, "malformed admission request to /mutate");
+            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
+        }
+    };
+    let patch = super::attestation::mutate(&request).map(|ops| {
+        base64::engine::general_purpose::STANDARD
+            .encode(serde_json::to_vec(&ops).unwrap_or_default())
+    });
+    let response = AdmissionResponse {
+        uid: request.uid.clone(),
+        allowed: true,
+        status: None,
+        warnings: Vec::new(),
+        patch_type: patch.as_ref().map(|_| "JSONPatch".to_string()),
+        patch,
+    };
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        review::response_body(&response),
+    )
+        .into_response()
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

@@ -41,6 +41,7 @@ pub fn settings(args: &GpuCountArgs) -> Result<Settings> {
             dra_all_gpus: args.dra_all_gpus,
             ..GpuResources::default()
         },
+        trusted_controllers: args.trusted_controllers.clone(),
     })
 }
 
@@ -77,12 +78,13 @@ pub fn run(args: &WebhookArgs) -> Result<()> {
             settings: settings.clone(),
             metrics: metrics.clone(),
         };
-        let app = server::router(state);
+        let app = server::router(state.clone());
         let listener = bind(&args.listen, "listen").await?;
         tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "budget-gate webhook serving HTTPS");
         if !args.probe_listen.is_empty() {
             let probes = bind(&args.probe_listen, "probe-listen").await?;
-            let app = app.clone();
+            // Plain HTTP: probes and scrapes only, never /validate (G4).
+            let app = server::probe_router(state.clone());
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(probes, app).await {
                     tracing::error!(error = %e, "probe server stopped");

@@ -51,8 +51,10 @@ pub struct ReadinessAttestationSpec {
     /// Labels of the workloads (pods, or the pod template of a Job/Deployment/…) this
     /// attestation covers, in its namespace.
     pub selector: LabelSelector,
-    /// Most GPUs one covered claim may request.
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.maxGpus must be at least 1"))]
+    /// Most GPUs the workloads it selects may hold together: one budget shared by every
+    /// covered claim.
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000000").message("spec.maxGpus must be between 1 and 1000000"))]
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub max_gpus: u32,
     /// After this time (RFC 3339) the attestation no longer covers anything.
     pub expires_at: Time,

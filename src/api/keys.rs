@@ -32,6 +32,11 @@ pub const NOTIFIED: &str = "gpureaper.io/notified";
 /// Annotation (controller): the owner and channels the last warning was routed to.
 pub const NOTIFIED_OWNER: &str = "gpureaper.io/notified-owner";
 
+/// Annotation (webhook) on a ReadinessAttestation: the username that last created or
+/// changed its spec, written by the budget gate's mutating webhook and checked by the
+/// validating one, so an approver who is that user is refused (four eyes, G5).
+pub const SPEC_CHANGED_BY: &str = "gpureaper.io/spec-changed-by";
+
 /// The name kube-state-metrics gives a label or annotation key in `kube_pod_labels` /
 /// `kube_pod_annotations` (`gpureaper.io/exempt` → `gpureaper_io_exempt`).
 pub fn ksm_sanitize(key: &str) -> String {

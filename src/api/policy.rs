@@ -349,13 +349,25 @@ pub struct CostSpec {
 pub struct AdmissionSpec {
     /// Claims of more GPUs than this need an approved ReadinessAttestation.
     #[serde(default = "default_large_claim_gpus")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.admission.largeClaimGpus must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000000").message("spec.admission.largeClaimGpus must be between 1 and 1000000"))]
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub large_claim_gpus: u32,
+    /// GPUs a namespace may hold in all without an attestation (the unattested
+    /// allowance), e.g. eight 1-GPU notebooks. Absent: `largeClaimGpus`, so a large claim
+    /// split into small ones is caught without extra settings. A namespace may hold this
+    /// plus the `maxGpus` of each of its approved, unexpired attestations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self <= 1000000").message("spec.admission.unattestedGpus must be at most 1000000"))]
+    #[schemars(range(max = 1_000_000))]
+    pub unattested_gpus: Option<u32>,
     /// `Warn` admits with a warning; `Enforce` denies.
     #[serde(default)]
     pub mode: AdmissionMode,
-    /// Monthly GPU budget per namespace in USD; over it, large claims are refused.
+    /// Monthly GPU budget per namespace in USD: a claim whose cost until the end of the
+    /// month (or its attestation's expiry, if sooner) does not fit in what is left is
+    /// refused, at the policy's dearest GPU-hour price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0.0").message("spec.admission.monthlyBudgetUsd must not be negative"))]
     pub monthly_budget_usd: Option<f64>,
     /// Evidence an attestation must carry to count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -581,6 +593,7 @@ impl Default for AdmissionSpec {
     fn default() -> Self {
         Self {
             large_claim_gpus: default_large_claim_gpus(),
+            unattested_gpus: None,
             mode: AdmissionMode::Warn,
             monthly_budget_usd: None,
             require_evidence: None,

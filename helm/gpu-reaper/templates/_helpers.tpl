@@ -63,6 +63,17 @@ seccompProfile:
 - --mig-slices-per-gpu={{ .Values.gpu.migSlicesPerGpu }}
 {{- end -}}
 
+{{/* Identities whose writes of controller-owned objects are not gated again: the
+binary's DEFAULT_TRUSTED_CONTROLLERS (src/admission/decide.rs) plus the listed operators. */}}
+{{- define "gpu-reaper.trustedControllers" -}}
+{{- $ids := list "system:kube-controller-manager" -}}
+{{- range (list "replicaset-controller" "deployment-controller" "statefulset-controller" "daemon-set-controller" "job-controller" "cronjob-controller" "replication-controller" "resource-claim-controller") }}
+{{- $ids = append $ids (printf "system:serviceaccount:kube-system:%s" .) -}}
+{{- end -}}
+{{- range .Values.webhook.trustedControllers }}{{ $ids = append $ids . }}{{ end -}}
+{{- toJson (uniq $ids) -}}
+{{- end -}}
+
 {{/* Namespaces the budget gate never sees. */}}
 {{- define "gpu-reaper.excludedNamespaces" -}}
 {{- $ns := list "kube-system" "kube-node-lease" .Release.Namespace -}}
