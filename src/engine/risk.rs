@@ -208,16 +208,18 @@ pub struct Estimate {
 
 impl Estimate {
     /// Probability of activity within the horizon (0–1): the product-limit estimate (with
-    /// a blend, `(n·own + w·peers) / (n + w)`) weighed against the cautious prior
-    /// ([`PRIOR_RISK`] over [`PRIOR_CASES`] cases).
+    /// a blend, `(n·own + w·peers) / (n + w)`) weighed, as many cases as it has (own and
+    /// peers'), against the cautious prior ([`PRIOR_RISK`] over [`PRIOR_CASES`] cases).
     pub fn risk(&self) -> f64 {
         let n = f64::from(self.longer);
         let (data, cases) = match &self.blend {
+            // The peers weigh PEER_WEIGHT cases in the blend, but all their cases are
+            // evidence against the prior.
             Some(b) if b.longer > 0 => {
                 let w = f64::from(PEER_WEIGHT);
                 (
                     (n * self.product_limit + w * b.product_limit) / (n + w),
-                    n + w,
+                    n + f64::from(b.longer),
                 )
             }
             _ => (self.product_limit, n),
@@ -1110,15 +1112,16 @@ mod tests {
             Basis::Peers(IdleShape::MemoryHeld, Some(_))
         ));
         // (0 + 20 × 1) / (5 + 20) = 80 %, not the 0 % of its own five cases; then the
-        // prior: (25 × 80 % + 2 × 50 %) / 27.
-        let want = (25.0 * 0.8 + PRIOR_CASES * PRIOR_RISK) / (25.0 + PRIOR_CASES);
+        // prior, against the five own cases and all the peers'.
+        let cases = 5.0 + f64::from(blend.longer);
+        let want = (cases * 0.8 + PRIOR_CASES * PRIOR_RISK) / (cases + PRIOR_CASES);
         assert!((e.risk() - want).abs() < 1e-9, "{}", e.risk());
         let sentence = e.sentence();
         assert!(
             sentence.starts_with(
                 "idle 2h1m; this workload's idle spans longer than 2h1m ended within 2h in 0 of 5 cases (product-limit 0 %); other MemoryHeld workloads' idle spans that began in "
             ) && sentence.ends_with(&format!(
-                "in {0} of {0} (product-limit 100 %), weighed as 20 cases: 83 % with the cautious prior (100 % over 4 cases)",
+                "in {0} of {0} (product-limit 100 %), weighed as 20 cases: 86 % with the cautious prior (100 % over 4 cases)",
                 blend.longer
             )),
             "{sentence}"
