@@ -1,6 +1,6 @@
 //! The budget gate's HTTP handler driven with `Router::oneshot` on real AdmissionReviews
-//! (tests/fixtures/admission) and GPU variants derived from them here, and on every real
-//! GPU manifest in tests/fixtures/manifests. No network: the router is called directly.
+//! (../shared/fixtures/admission) and GPU variants derived from them here, and on every real
+//! GPU manifest in ../shared/fixtures/manifests. No network: the router is called directly.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,12 +16,14 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+/// The public fixtures, beside the checkout (never copied into it).
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
 
 /// A fixture as a full AdmissionReview (the `kubewarden-policies__*` files hold only the
 /// request member).
 fn review(file: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/admission/{file}")).unwrap();
+    let path = format!("{FIXTURES}/admission/{file}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let v: Value = serde_json::from_str(&text).unwrap();
     if v.get("request").is_some() {
         v
@@ -32,6 +34,7 @@ fn review(file: &str) -> Value {
 
 fn all_reviews() -> Vec<(String, Value)> {
     let mut names: Vec<String> = std::fs::read_dir(format!("{FIXTURES}/admission"))
+        .map_err(|e| format!("{FIXTURES}/admission: {e}"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".json"))
@@ -623,6 +626,7 @@ async fn an_attestation_with_an_empty_selector_is_admitted_with_a_warning() {
 fn manifest_reviews() -> Vec<(String, Value)> {
     let mut out = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(format!("{FIXTURES}/manifests"))
+        .map_err(|e| format!("{FIXTURES}/manifests: {e}"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".yaml"))

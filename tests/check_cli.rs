@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
-const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/manifests");
+/// The public GPU manifests, beside the checkout (never copied into it).
+const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/manifests");
 
 const POLICY: &str = r#"
 apiVersion: gpureaper.io/v1alpha1

@@ -1,6 +1,6 @@
 //! Fuzzes what the budget gate does with a request body: AdmissionReview parsing, then
 //! `admit` over a snapshot with a policy and an approved attestation. Any panic is a bug
-//! (invariant 10). Seeds: fuzz/corpus/admit (the real reviews of tests/fixtures/admission
+//! (invariant 10). Seeds: fuzz/corpus/admit (the real reviews of ../shared/fixtures/admission
 //! and GPU variants). Run: `cargo +nightly fuzz run admit` (see docs/testing.md).
 #![no_main]
 

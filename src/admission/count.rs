@@ -1703,19 +1703,33 @@ mod tests {
         json!({"spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
     }
 
-    const JOBSET: &str = include_str!(
-        "../../tests/fixtures/manifests/jobset__workload-aware-scheduling_dra_jobset.yaml"
-    );
-    const CLAIM_TEMPLATE: &str = include_str!(
-        "../../tests/fixtures/manifests/jobset__workload-aware-scheduling_dra_resourceclaimtemplate.yaml"
-    );
+    static JOBSET: std::sync::LazyLock<&str> =
+        std::sync::LazyLock::new(|| fixture("jobset__workload-aware-scheduling_dra_jobset.yaml"));
+    static CLAIM_TEMPLATE: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| {
+        fixture("jobset__workload-aware-scheduling_dra_resourceclaimtemplate.yaml")
+    });
+
+    /// A GPU workload manifest as its project ships it, read from ../shared/fixtures (the
+    /// public data lives beside the checkout, never copied into it).
+    fn fixture(name: &str) -> &'static str {
+        let path = format!(
+            "{}/../shared/fixtures/manifests/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{path}: {e} (the public fixtures live in ../shared/fixtures beside the checkout)"
+            )
+        });
+        Box::leak(text.into_boxed_str())
+    }
 
     // --- real manifests ---
 
     #[test]
     fn resource_claim_template_fixture_counts_one_device_of_the_example_gpu_class() {
         // One request `gpu`, exactly: deviceClassName gpu.example.com, count absent → 1.
-        let c = claim(&only_document(CLAIM_TEMPLATE));
+        let c = claim(&only_document(&CLAIM_TEMPLATE));
         assert_eq!(c.gpus, 1.0);
         assert_eq!(c.basis, "each claim: request gpu 1 GPU");
         assert_eq!(c.label_sets, vec![BTreeMap::new()]);
@@ -1725,7 +1739,7 @@ mod tests {
     fn jobset_counts_replicas_times_parallelism_times_claim_template_gpus() {
         // The template, counted as the webhook's cache would, resolved through the HashMap:
         // replicatedJobs workers: 3 replicas × parallelism 2 × 1 GPU (claim template) = 6.
-        let Counted::Claim(template) = count_default(&only_document(CLAIM_TEMPLATE)).unwrap()
+        let Counted::Claim(template) = count_default(&only_document(&CLAIM_TEMPLATE)).unwrap()
         else {
             panic!("the template is a claim")
         };
@@ -1733,7 +1747,7 @@ mod tests {
             ("default".to_string(), "gpu-claim-template".to_string()),
             template.gpus,
         )]);
-        let c = claim_with(&only_document(JOBSET), &templates);
+        let c = claim_with(&only_document(&JOBSET), &templates);
         assert_eq!(c.gpus, 6.0);
         assert_eq!(c.basis, "workers 3 replicas × 2 pods × 1 GPU");
         assert!(c.unresolved_claim_templates.is_empty());
@@ -1742,7 +1756,7 @@ mod tests {
     #[test]
     fn jobset_with_an_unknown_claim_template_counts_zero_and_names_the_template() {
         // Same JobSet, no template known: the container requests nothing itself → 0.
-        let c = claim_with(&only_document(JOBSET), &());
+        let c = claim_with(&only_document(&JOBSET), &());
         assert_eq!(c.gpus, 0.0);
         assert_eq!(
             c.unresolved_claim_templates,
@@ -1751,7 +1765,7 @@ mod tests {
         // A template in another namespace does not resolve either.
         let elsewhere: HashMap<(String, String), f64> =
             HashMap::from([(("other".to_string(), "gpu-claim-template".to_string()), 1.0)]);
-        let c = claim_with(&only_document(JOBSET), &elsewhere);
+        let c = claim_with(&only_document(&JOBSET), &elsewhere);
         assert_eq!(c.gpus, 0.0);
         assert_eq!(
             c.unresolved_claim_templates,
@@ -1762,21 +1776,15 @@ mod tests {
     #[test]
     fn inference_service_fixtures_count_the_framework_shorthand_as_one_container() {
         // predictor.tensorflow limits nvidia.com/gpu: 1; no min/maxReplicas → 1 replica.
-        let tensorflow = only_document(include_str!(
-            "../../tests/fixtures/manifests/kserve__autoscaling_autoscale_gpu.yaml"
-        ));
+        let tensorflow = only_document(fixture("kserve__autoscaling_autoscale_gpu.yaml"));
         let c = claim(&tensorflow);
         assert_eq!(c.gpus, 1.0);
         assert_eq!(c.basis, "predictor 1 replica × 1 GPU");
         // predictor.model requests "1" and limits "1" nvidia.com/gpu → 1.
-        let hf = only_document(include_str!(
-            "../../tests/fixtures/manifests/kserve__storage_hf_hf_isvc.yaml"
-        ));
+        let hf = only_document(fixture("kserve__storage_hf_hf_isvc.yaml"));
         assert_eq!(claim(&hf).gpus, 1.0);
         // predictor.pytorch limits nvidia.com/gpu "1" → 1.
-        let torchserve = only_document(include_str!(
-            "../../tests/fixtures/manifests/kserve__v1beta1_torchserve_v1_gpu.yaml"
-        ));
+        let torchserve = only_document(fixture("kserve__v1beta1_torchserve_v1_gpu.yaml"));
         assert_eq!(claim(&torchserve).gpus, 1.0);
     }
 
@@ -1785,9 +1793,7 @@ mod tests {
         // Derived from the tensorflow fixture: minReplicas 2, maxReplicas 3 and a
         // transformer with one custom container of 1 GPU (KServe default 1 replica):
         // predictor 3 × 1 + transformer 1 × 1 = 4.
-        let mut isvc = only_document(include_str!(
-            "../../tests/fixtures/manifests/kserve__autoscaling_autoscale_gpu.yaml"
-        ));
+        let mut isvc = only_document(fixture("kserve__autoscaling_autoscale_gpu.yaml"));
         isvc["spec"]["predictor"]["minReplicas"] = json!(2);
         isvc["spec"]["predictor"]["maxReplicas"] = json!(3);
         isvc["spec"]["transformer"] = json!({"containers": [{"name": "t", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]});
@@ -1823,8 +1829,8 @@ mod tests {
     #[test]
     fn llm_inference_service_fixture_counts_three_replicas_of_one_gpu() {
         // replicas 3 × template main container requests = limits = "1" → 3.
-        let c = claim(&only_document(include_str!(
-            "../../tests/fixtures/manifests/kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml"
+        let c = claim(&only_document(fixture(
+            "kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml",
         )));
         assert_eq!(c.gpus, 3.0);
         assert_eq!(c.basis, "3 replicas × 1 GPU");
@@ -1835,8 +1841,8 @@ mod tests {
         // Derived from the fixture: a worker of 1 GPU and parallelism data 4 / dataLocal 2 →
         // group size 2 (KServe GetSize) → 3 replicas × (leader 1 + 1 worker × 1) = 6; plus a
         // prefill of 2 replicas × template 1 GPU = 2 → 8.
-        let mut llm = only_document(include_str!(
-            "../../tests/fixtures/manifests/kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml"
+        let mut llm = only_document(fixture(
+            "kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml",
         ));
         llm["spec"]["worker"] = json!({"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
         llm["spec"]["parallelism"] = json!({"data": 4, "dataLocal": 2, "tensor": 1});
@@ -1856,8 +1862,8 @@ mod tests {
     #[test]
     fn notebook_sample_is_a_claim_of_no_gpus() {
         // One container, no resources → 0.
-        let c = claim(&only_document(include_str!(
-            "../../tests/fixtures/manifests/kubeflow-v1.10.0__notebook-controller_samples__v1_notebook.yaml"
+        let c = claim(&only_document(fixture(
+            "kubeflow-v1.10.0__notebook-controller_samples__v1_notebook.yaml",
         )));
         assert_eq!(c.gpus, 0.0);
         assert_eq!(c.basis, "1 pod × 0 GPUs");
@@ -1866,8 +1872,8 @@ mod tests {
     #[test]
     fn notebook_template_with_placeholders_is_unreadable_at_its_labels() {
         // `app: {name}` is a YAML flow mapping, not a string: the template is not a manifest.
-        let template = only_document(include_str!(
-            "../../tests/fixtures/manifests/kubeflow-v1.10.0__jupyter-web-app__notebook_template.yaml"
+        let template = only_document(fixture(
+            "kubeflow-v1.10.0__jupyter-web-app__notebook_template.yaml",
         ));
         assert_eq!(
             error_text(&template),
@@ -1877,12 +1883,12 @@ mod tests {
 
     #[test]
     fn files_that_are_not_manifests_are_not_governed() {
-        let ui = only_document(include_str!(
-            "../../tests/fixtures/manifests/kubeflow-v1.10.0__jupyter-web-app__spawner_ui_config.yaml"
+        let ui = only_document(fixture(
+            "kubeflow-v1.10.0__jupyter-web-app__spawner_ui_config.yaml",
         ));
         assert_eq!(count_default(&ui), Ok(Counted::NotGoverned));
-        let notebooks: Value = serde_json::from_str(include_str!(
-            "../../tests/fixtures/manifests/kubeflow-v1.10.0__jupyter-web-app__tests_fixtures_notebooks.json"
+        let notebooks: Value = serde_json::from_str(fixture(
+            "kubeflow-v1.10.0__jupyter-web-app__tests_fixtures_notebooks.json",
         ))
         .unwrap();
         assert_eq!(count_default(&notebooks), Ok(Counted::NotGoverned));
@@ -1892,8 +1898,8 @@ mod tests {
     #[test]
     fn ray_job_fixture_counts_its_head_gpu() {
         // rayClusterSpec: head requests = limits = "1" nvidia.com/gpu, no worker groups → 1.
-        let c = claim(&only_document(include_str!(
-            "../../tests/fixtures/manifests/kuberay__pytorch-text-classifier_ray-job.pytorch-distributed-training.yaml"
+        let c = claim(&only_document(fixture(
+            "kuberay__pytorch-text-classifier_ray-job.pytorch-distributed-training.yaml",
         )));
         assert_eq!(c.gpus, 1.0);
         assert_eq!(c.basis, "head 1 GPU");
@@ -1914,18 +1920,14 @@ mod tests {
     #[test]
     fn ray_cluster_verl_fixture_counts_four_head_gpus() {
         // Head limits = requests = "4" nvidia.com/gpu, no worker groups → 4.
-        let c = claim(&only_document(include_str!(
-            "../../tests/fixtures/manifests/kuberay__ray-cluster.verl.yaml"
-        )));
+        let c = claim(&only_document(fixture("kuberay__ray-cluster.verl.yaml")));
         assert_eq!(c.gpus, 4.0);
     }
 
     #[test]
     fn ray_service_fixture_counts_one_worker_of_four_gpus_and_skips_the_secret() {
         // Head 0 GPUs; gpu-group replicas 1 (min 1, max 1) × numOfHosts 1 × "4" → 4.
-        let docs = documents(include_str!(
-            "../../tests/fixtures/manifests/kuberay__ray-service.llm-serve.yaml"
-        ));
+        let docs = documents(fixture("kuberay__ray-service.llm-serve.yaml"));
         assert_eq!(docs.len(), 2);
         let c = claim(&docs[0]);
         assert_eq!(c.gpus, 4.0);
@@ -1940,9 +1942,7 @@ mod tests {
     fn kai_gpu_sharing_fixture_counts_its_gpu_fractions_and_queues_are_not_governed() {
         // Two KAI Queues, then a RayCluster whose workers ask for half a GPU each through
         // the `gpu-fraction` annotation: 0 head + 2 replicas × 0.5 → 1.
-        let docs = documents(include_str!(
-            "../../tests/fixtures/manifests/kuberay__ray-cluster.kai-gpu-sharing.yaml"
-        ));
+        let docs = documents(fixture("kuberay__ray-cluster.kai-gpu-sharing.yaml"));
         assert_eq!(docs.len(), 3);
         assert_eq!(count_default(&docs[0]), Ok(Counted::NotGoverned));
         assert_eq!(count_default(&docs[1]), Ok(Counted::NotGoverned));
@@ -2000,8 +2000,8 @@ mod tests {
     #[test]
     fn kueue_workload_is_not_governed() {
         // Kueue creates Workloads for jobs the gate already counted.
-        let workload = only_document(include_str!(
-            "../../tests/fixtures/manifests/kueue__docs_concepts_workload.extracted-Workload.yaml"
+        let workload = only_document(fixture(
+            "kueue__docs_concepts_workload.extracted-Workload.yaml",
         ));
         assert_eq!(count_default(&workload), Ok(Counted::NotGoverned));
     }
@@ -2009,8 +2009,8 @@ mod tests {
     #[test]
     fn pytorch_job_fixtures_count_master_plus_workers() {
         // Master 1 × limits 1 + Worker 1 × limits 1 → 2, for both training-operator samples.
-        let nccl = only_document(include_str!(
-            "../../tests/fixtures/manifests/training-operator-release-1.9__pytorch_job_mnist_nccl.yaml"
+        let nccl = only_document(fixture(
+            "training-operator-release-1.9__pytorch_job_mnist_nccl.yaml",
         ));
         let c = claim(&nccl);
         assert_eq!(c.gpus, 2.0);
@@ -2018,14 +2018,12 @@ mod tests {
             c.basis,
             "Master 1 replica × 1 GPU + Worker 1 replica × 1 GPU"
         );
-        let deepspeed = only_document(include_str!(
-            "../../tests/fixtures/manifests/training-operator-release-1.9__pytorch_deepspeed_demo.yaml"
+        let deepspeed = only_document(fixture(
+            "training-operator-release-1.9__pytorch_deepspeed_demo.yaml",
         ));
         assert_eq!(claim(&deepspeed).gpus, 2.0);
         // Kueue's sample requests only cpu and memory → 0.
-        let cpu = only_document(include_str!(
-            "../../tests/fixtures/manifests/kueue__jobs_sample-pytorchjob.yaml"
-        ));
+        let cpu = only_document(fixture("kueue__jobs_sample-pytorchjob.yaml"));
         let c = claim(&cpu);
         assert_eq!(c.gpus, 0.0);
         assert_eq!(
@@ -2037,8 +2035,8 @@ mod tests {
     #[test]
     fn elastic_pytorch_job_counts_workers_at_max_replicas() {
         // Derived from the nccl sample: elasticPolicy.maxReplicas 4 → Master 1 + Worker 4 = 5.
-        let mut job = only_document(include_str!(
-            "../../tests/fixtures/manifests/training-operator-release-1.9__pytorch_job_mnist_nccl.yaml"
+        let mut job = only_document(fixture(
+            "training-operator-release-1.9__pytorch_job_mnist_nccl.yaml",
         ));
         job["spec"]["elasticPolicy"] = json!({"minReplicas": 1, "maxReplicas": 4});
         assert_eq!(claim(&job).gpus, 5.0);
@@ -2052,8 +2050,8 @@ mod tests {
     #[test]
     fn kueue_gpu_job_counts_parallelism_times_pod_gpus() {
         // parallelism 3 × (requests 1, limits 1 → 1) = 3.
-        let c = claim(&only_document(include_str!(
-            "../../tests/fixtures/manifests/kueue__provisioning_sample-job.yaml"
+        let c = claim(&only_document(fixture(
+            "kueue__provisioning_sample-job.yaml",
         )));
         assert_eq!(c.gpus, 3.0);
         assert_eq!(c.basis, "parallelism 3 × 1 GPU");
@@ -2082,9 +2080,7 @@ mod tests {
     fn hami_fixture_deployment_counts_its_vgpus_and_queue_objects_are_not_governed() {
         // ResourceFlavor, ClusterQueue, Namespace, LocalQueue, then a Deployment of
         // replicas 1 × limits nvidia.com/gpu "2" (gpucores, gpumem are not GPUs) → 2.
-        let docs = documents(include_str!(
-            "../../tests/fixtures/manifests/kueue__serving-workloads_sample-hami.yaml"
-        ));
+        let docs = documents(fixture("kueue__serving-workloads_sample-hami.yaml"));
         assert_eq!(docs.len(), 5);
         for doc in &docs[..4] {
             assert_eq!(count_default(doc), Ok(Counted::NotGoverned));
@@ -2104,8 +2100,8 @@ mod tests {
     #[test]
     fn leader_worker_set_fixture_counts_groups_times_leader_plus_workers() {
         // replicas 2 × (leader 0 + (size 3 − 1) workers × requests "1") = 4.
-        let c = claim(&only_document(include_str!(
-            "../../tests/fixtures/manifests/kueue__serving-workloads_sample-leaderworkerset-tas.yaml"
+        let c = claim(&only_document(fixture(
+            "kueue__serving-workloads_sample-leaderworkerset-tas.yaml",
         )));
         assert_eq!(c.gpus, 4.0);
         assert_eq!(c.basis, "2 groups × (leader 0 GPUs + 2 workers × 1 GPU)");
@@ -2124,9 +2120,7 @@ mod tests {
 
     #[test]
     fn topology_and_queue_fixtures_are_not_governed() {
-        let docs = documents(include_str!(
-            "../../tests/fixtures/manifests/kueue__tas_sample-gpu-queues.yaml"
-        ));
+        let docs = documents(fixture("kueue__tas_sample-gpu-queues.yaml"));
         assert_eq!(docs.len(), 4);
         for doc in &docs {
             assert_eq!(count_default(doc), Ok(Counted::NotGoverned));
@@ -2574,21 +2568,15 @@ mod tests {
     /// Every document of the manifest fixtures, to mutate.
     fn fixture_documents() -> Vec<Value> {
         [
-            JOBSET,
-            CLAIM_TEMPLATE,
-            include_str!("../../tests/fixtures/manifests/kserve__storage_hf_hf_isvc.yaml"),
-            include_str!(
-                "../../tests/fixtures/manifests/kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml"
-            ),
-            include_str!("../../tests/fixtures/manifests/kuberay__ray-service.llm-serve.yaml"),
-            include_str!("../../tests/fixtures/manifests/kueue__provisioning_sample-job.yaml"),
-            include_str!("../../tests/fixtures/manifests/kueue__serving-workloads_sample-hami.yaml"),
-            include_str!(
-                "../../tests/fixtures/manifests/kueue__serving-workloads_sample-leaderworkerset-tas.yaml"
-            ),
-            include_str!(
-                "../../tests/fixtures/manifests/training-operator-release-1.9__pytorch_job_mnist_nccl.yaml"
-            ),
+            *JOBSET,
+            *CLAIM_TEMPLATE,
+            fixture("kserve__storage_hf_hf_isvc.yaml"),
+            fixture("kserve__llmisvc_single-node-gpu_llm-inference-service-qwen2-7b-gpu.yaml"),
+            fixture("kuberay__ray-service.llm-serve.yaml"),
+            fixture("kueue__provisioning_sample-job.yaml"),
+            fixture("kueue__serving-workloads_sample-hami.yaml"),
+            fixture("kueue__serving-workloads_sample-leaderworkerset-tas.yaml"),
+            fixture("training-operator-release-1.9__pytorch_job_mnist_nccl.yaml"),
         ]
         .into_iter()
         .flat_map(documents)
