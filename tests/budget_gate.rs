@@ -128,6 +128,49 @@ spec:
 }
 
 /// `gpu-reaper` with the cluster-admin kubeconfig.
+/// The team of a namespace: its own ServiceAccount, allowed everything in the namespace
+/// (a RoleBinding to cluster-admin there), acting with a real token.
+struct Team {
+    kubeconfig: std::path::PathBuf,
+    cluster: &'static Cluster,
+    _dir: tempfile::TempDir,
+}
+
+impl Team {
+    fn new(cluster: &'static Cluster, ns: &str) -> Self {
+        cluster.kubectl(&["create", "serviceaccount", "team", "-n", ns], None);
+        cluster.kubectl(
+            &[
+                "create",
+                "rolebinding",
+                "team",
+                "-n",
+                ns,
+                "--clusterrole=cluster-admin",
+                &format!("--serviceaccount={ns}:team"),
+            ],
+            None,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = common::chart::service_account_kubeconfig(cluster, dir.path(), ns, "team");
+        Team {
+            kubeconfig,
+            cluster,
+            _dir: dir,
+        }
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        run_with_stdin(
+            Command::new(self.cluster.bin("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(args),
+            stdin,
+        )
+    }
+}
+
 fn gpu_reaper(cluster: &Cluster, args: &[&str]) -> Run {
     run_with_stdin(
         Command::new(BIN)
@@ -213,8 +256,11 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     assert!(denied.stderr.contains(&expected), "{}", denied.stderr);
     assert!(cluster.get("job", Some(ns), "train").is_none());
 
-    // The team writes an attestation: not approved yet.
-    cluster.apply(&attestation(ns));
+    // The team (a ServiceAccount of its namespace, with a real token) writes an
+    // attestation: not approved yet. The mutating webhook records who changed the spec.
+    let team = Team::new(cluster, ns);
+    let wrote = team.kubectl(&["apply", "-f", "-"], Some(&attestation(ns)));
+    assert!(wrote.ok, "{}", wrote.stderr);
     let pending = create_until(cluster, &job(ns, "train", 8, 2), |r| {
         r.stderr.contains("is not approved")
     });
@@ -223,7 +269,30 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
 
     // An approver approves it; the same create succeeds.
     let target = format!("{ns}/llama-finetune");
-    let approve = gpu_reaper(cluster, &["attest", "approve", &target]);
+    // Approving binds to the spec shown: without --generation it is refused and shown.
+    let blind = gpu_reaper(cluster, &["attest", "approve", &target]);
+    assert!(!blind.ok, "{}", blind.stdout);
+    assert!(blind.stderr.contains("--generation 1"), "{}", blind.stderr);
+    // The team may not approve its own spec (four eyes), whatever it claims to be.
+    let own = run_with_stdin(
+        Command::new(BIN)
+            .args([
+                "attest",
+                "approve",
+                &target,
+                "--generation",
+                "1",
+                "--approver",
+                "lead",
+            ])
+            .env("KUBECONFIG", &team.kubeconfig),
+        None,
+    );
+    assert!(!own.ok, "the author approved its own spec: {}", own.stdout);
+    let approve = gpu_reaper(
+        cluster,
+        &["attest", "approve", &target, "--generation", "1"],
+    );
     assert!(approve.ok, "{}", approve.stderr);
     // approvedBy is the kubeconfig's user entry ("admin"), not the identity the API
     // server authenticated (testenv-admin).
@@ -240,8 +309,9 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     assert!(admitted.ok, "{}", admitted.stderr);
     release_job(cluster, ns, "train");
 
-    // Editing the spec voids the approval (the real server bumps metadata.generation).
-    cluster.kubectl(
+    // The team editing the spec voids the approval (the real server bumps
+    // metadata.generation).
+    let edit = team.kubectl(
         &[
             "patch",
             "readinessattestation",
@@ -255,6 +325,7 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
         ],
         None,
     );
+    assert!(edit.ok, "{}", edit.stderr);
     let voided = create_until(cluster, &job(ns, "train-2", 8, 2), |r| {
         r.stderr.contains("has changed since")
     });
@@ -268,7 +339,15 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     // Re-approval covers the new spec; revoking withdraws it.
     let again = gpu_reaper(
         cluster,
-        &["attest", "approve", &target, "--approver", "lead"],
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "2",
+            "--approver",
+            "lead",
+        ],
     );
     assert!(
         again.stdout.contains("approved by lead for generation 2"),
@@ -281,11 +360,47 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     assert!(revoke.ok, "{}", revoke.stderr);
     assert!(!create_until(cluster, &job(ns, "train-3", 8, 2), |r| !r.ok).ok);
 
-    // A team cannot approve by writing status itself with a stale generation: the CRD's
-    // CEL rule, evaluated by the real API server.
+    // A team cannot approve by writing status itself: the webhook knows it last changed
+    // the spec (four eyes)…
+    let forged_status = r#"{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Self","message":"me","lastTransitionTime":"2026-11-01T00:00:00Z"}],"approvedBy":"me","approvedGeneration":2}}"#;
+    let own = team.kubectl(
+        &[
+            "patch",
+            "readinessattestation",
+            "llama-finetune",
+            "-n",
+            ns,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            forged_status,
+        ],
+        None,
+    );
+    assert!(!own.ok, "the team approved its own spec");
+    assert!(
+        own.stderr.contains("who may not approve it (four eyes)"),
+        "{}",
+        own.stderr
+    );
+    // …and nobody approves a generation that is not the current one: the CRD's CEL
+    // rule, evaluated by the real API server.
     let forged = cluster.try_kubectl(
-        &["patch", "readinessattestation", "llama-finetune", "-n", ns, "--subresource", "status", "--type", "merge", "-p",
-          r#"{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Self","message":"me","lastTransitionTime":"2026-11-01T00:00:00Z"}],"approvedBy":"me","approvedGeneration":1}}"#],
+        &[
+            "patch",
+            "readinessattestation",
+            "llama-finetune",
+            "-n",
+            ns,
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            &forged_status.replace("\"approvedGeneration\":2", "\"approvedGeneration\":1"),
+        ],
         None,
     );
     assert!(!forged.ok);

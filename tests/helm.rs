@@ -23,7 +23,9 @@ use common::chart::{
 };
 use common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until};
 use common::{Dcgm, at, history_start, prometheus_with};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PodSpec, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -83,18 +85,25 @@ fn manifest(cluster: &Cluster, release: &str, ns: &str) -> (String, Vec<Value>) 
 fn narrow_gate(cluster: &Cluster, objects: &[Value], namespaces: &[&str]) {
     // Server-side, as a manager of its own: Helm 4 upgrades by server-side apply, and a
     // client-side edit of a field it owns would make the upgrade fail with a conflict.
-    let vwc = common::chart::find_kind(objects, "ValidatingWebhookConfiguration");
-    cluster.kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=gpu-reaper-test",
-            "-f",
-            "-",
-        ],
-        Some(&common::chart::scoped(vwc, namespaces).to_string()),
-    );
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        let Some(config) = objects.iter().find(|o| o["kind"] == kind) else {
+            continue;
+        };
+        cluster.kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=gpu-reaper-test",
+                "-f",
+                "-",
+            ],
+            Some(&common::chart::scoped(config, namespaces).to_string()),
+        );
+    }
 }
 
 /// Paths present in `original` but lost when read into the typed struct: misspelt or
@@ -159,6 +168,7 @@ fn check_types(objects: &[Value]) -> BTreeSet<String> {
             "NetworkPolicy" => drop(typed::<NetworkPolicy>(o)),
             "ConfigMap" => drop(typed::<k8s_openapi::api::core::v1::ConfigMap>(o)),
             "ValidatingWebhookConfiguration" => drop(typed::<ValidatingWebhookConfiguration>(o)),
+            "MutatingWebhookConfiguration" => drop(typed::<MutatingWebhookConfiguration>(o)),
             "GpuPolicy" => {
                 let text = serde_yaml::to_string(o).unwrap();
                 gpu_reaper::api::validate::parse_resource::<gpu_reaper::api::policy::GpuPolicy>(
@@ -772,7 +782,12 @@ subjects: [{{kind: ServiceAccount, name: oncall, namespace: {platform}}}]
         "a team cannot approve itself: {text}"
     );
     let target = format!("{team}/llama");
-    let (ok, text) = run_as(BIN, &dev, &["attest", "approve", &target], None);
+    let (ok, text) = run_as(
+        BIN,
+        &dev,
+        &["attest", "approve", &target, "--generation", "1"],
+        None,
+    );
     assert!(!ok && text.contains("forbidden"), "{text}");
     let (ok, text) = run_as(
         "kubectl",
@@ -791,7 +806,15 @@ subjects: [{{kind: ServiceAccount, name: oncall, namespace: {platform}}}]
     let (ok, text) = run_as(
         BIN,
         &oncall,
-        &["attest", "approve", &target, "--approver", "oncall"],
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--approver",
+            "oncall",
+        ],
         None,
     );
     assert!(

@@ -182,9 +182,13 @@ pub fn route_service(cluster: &Cluster, service: &Value, host_ip: &str, port: u1
 pub fn scoped(vwc: &Value, namespaces: &[&str]) -> Value {
     let mut vwc = vwc.clone();
     for hook in vwc["webhooks"].as_array_mut().unwrap() {
+        if hook["namespaceSelector"]["matchExpressions"].is_null() {
+            // (the attestation-author hook has none: every namespace)
+            hook["namespaceSelector"]["matchExpressions"] = json!([]);
+        }
         let expressions = hook["namespaceSelector"]["matchExpressions"]
             .as_array_mut()
-            .expect("the chart's webhook has a namespaceSelector");
+            .unwrap();
         expressions.push(
             json!({"key": "kubernetes.io/metadata.name", "operator": "In",
                                 "values": namespaces}),
@@ -206,6 +210,9 @@ pub struct Gate {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub vwc_name: String,
+    /// The chart's MutatingWebhookConfiguration (it records who changed an attestation's
+    /// spec, for four eyes), when it renders one.
+    pub mwc_name: Option<String>,
 }
 
 impl Drop for Gate {
@@ -220,6 +227,18 @@ impl Drop for Gate {
             ],
             None,
         );
+        if let Some(name) = &self.mwc_name {
+            let _ = self.cluster.try_kubectl(
+                &[
+                    "delete",
+                    "mutatingwebhookconfiguration",
+                    name,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ],
+                None,
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -296,6 +315,7 @@ impl Gate {
             cert,
             key,
             vwc_name: vwc["metadata"]["name"].as_str().unwrap().to_string(),
+            mwc_name: None,
             dir,
         };
         wait_until("the webhook's /readyz (its caches synced)", || {
@@ -313,6 +333,13 @@ impl Gate {
             .expect("the chart renders the webhook Service");
         route_service(cluster, service, &ip, port);
         cluster.apply(&scoped(vwc, namespaces).to_string());
+        if let Some(mwc) = objects
+            .iter()
+            .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        {
+            cluster.apply(&scoped(mwc, namespaces).to_string());
+            gate.mwc_name = Some(mwc["metadata"]["name"].as_str().unwrap().to_string());
+        }
         gate
     }
 
