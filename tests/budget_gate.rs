@@ -744,3 +744,50 @@ async fn a_rotated_certificate_is_served_to_new_connections_and_no_request_fails
 fn connector_new_only(new: &TestPki) -> tokio_rustls::TlsConnector {
     connector(&[&new.ca_pem])
 }
+
+/// Issue 20's first bypass, through the real API server: `kubectl scale` writes the
+/// Deployment's `/scale` subresource, which the chart routes to the gate; 100 replicas of
+/// 8 GPUs in a namespace allowed 8 are refused with one sentence before any pod is tried.
+#[test]
+fn kubectl_scale_of_an_8_gpu_deployment_to_100_replicas_is_refused_by_the_gate() {
+    let s = setup("scale", policy);
+    let (cluster, ns) = (s.cluster, s.ns.as_str());
+    let deployment = format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {{"name": "serve", "namespace": "{ns}"}},
+            "spec": {{"replicas": 1, "selector": {{"matchLabels": {{"app": "serve"}}}},
+                     "template": {{"metadata": {{"labels": {{"app": "serve"}}}},
+                                  "spec": {{"containers": [{{"name": "main", "image": "vllm/vllm-openai:v0.6.0",
+                                                           "resources": {{"limits": {{"nvidia.com/gpu": "8"}}}}}}]}}}}}}}}"#
+    );
+    let created = cluster.try_kubectl(&["create", "-f", "-"], Some(&deployment));
+    assert!(
+        created.ok,
+        "one replica of 8 GPUs is within the allowance: {}",
+        created.stderr
+    );
+    // Wait until the webhook's pod cache holds the running replica, so the scale-up is
+    // judged against what the namespace really holds.
+    cluster.running_pods(ns, "app=serve", 1);
+    let decisions = s.gate.decisions();
+    let scaled = cluster.try_kubectl(
+        &["scale", "deployment", "serve", "-n", ns, "--replicas=100"],
+        None,
+    );
+    assert!(!scaled.ok, "scaled to 100: {}", scaled.stdout);
+    assert!(
+        scaled
+            .stderr
+            .contains("admission webhook \"budget-gate.gpureaper.io\" denied the request"),
+        "{}",
+        scaled.stderr
+    );
+    assert!(scaled.stderr.contains("GPU"), "{}", scaled.stderr);
+    assert!(s.gate.decisions() > decisions, "the gate decided the scale");
+    let after = cluster.get("deployment", Some(ns), "serve").unwrap();
+    assert_eq!(after["spec"]["replicas"], 1, "the scale went through");
+    cluster.kubectl(
+        &["delete", "deployment", "serve", "-n", ns, "--wait=false"],
+        None,
+    );
+}
