@@ -83,6 +83,13 @@ fn bench_big(c: &mut Criterion) {
     let now = jiff::Timestamp::now();
     let body = big_pytorchjob_review();
     eprintln!("big review: {} bytes", body.len());
+    c.bench_function("admission/parse_1_6_mb_pytorchjob", |b| {
+        b.iter(|| review::parse(black_box(&body)).unwrap())
+    });
+    let request = review::parse(&body).unwrap();
+    c.bench_function("admission/admit_1_6_mb_pytorchjob", |b| {
+        b.iter(|| admit(black_box(&request), &snapshot, &settings, now))
+    });
     c.bench_function("admission/parse_and_admit_1_6_mb_pytorchjob", |b| {
         b.iter(|| {
             let request = review::parse(black_box(&body)).unwrap();
