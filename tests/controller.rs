@@ -807,3 +807,62 @@ async fn the_leader_renews_its_lease_between_evaluations() {
         .unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "a");
 }
+
+/// Invariant 7 on a real cluster: once the Deployment controller has removed the pods of
+/// a workload scaled to zero, that action still counts against `maxPerHour`, so a second
+/// idle workload waits for the hour to pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_per_hour_counts_an_action_whose_pods_are_already_gone() {
+    let s = Scenario::start(
+        "per-hour",
+        |ns| {
+            ["first", "second"]
+                .into_iter()
+                .map(|name| Workload {
+                    name,
+                    manifest: deployment(ns, name, 1, json!({})),
+                    pods: (format!("app={name}"), 1),
+                })
+                .collect()
+        },
+        |dcgm, ns, pods| {
+            for name in ["first", "second"] {
+                dcgm.gpu(ns, &pods[name][0], 0, H100, 0..=240, |m| {
+                    Some(if m < 60 { 0.8 } else { 0.0 })
+                });
+            }
+        },
+    );
+    s.apply_policy(&policy(
+        "Enforce",
+        "{type: ScaleToZero, after: 60m, maxPerHour: 1}",
+    ));
+    for minute in [95, 125] {
+        let (ok, log) = s.cycle(minute, "a").await;
+        assert!(ok, "{log}");
+    }
+    let replicas = |name: &str| s.deployment(name)["spec"]["replicas"].as_i64().unwrap();
+    assert_eq!(
+        replicas("first") + replicas("second"),
+        1,
+        "one action in the hour"
+    );
+    let (reaped, kept) = if replicas("first") == 0 {
+        ("first", "second")
+    } else {
+        ("second", "first")
+    };
+    s.wait_for_pods(reaped, 0);
+    // A minute later the reaped one has no pods, so it is not in the inventory any more.
+    let (ok, log) = s.cycle(126, "a").await;
+    assert!(ok, "{log}");
+    assert_eq!(
+        replicas(kept),
+        1,
+        "maxPerHour: 1 allowed a second action: {log}"
+    );
+    // Past the hour, the second one goes too.
+    let (ok, log) = s.cycle(186, "a").await;
+    assert!(ok, "{log}");
+    assert_eq!(replicas(kept), 0, "{log}");
+}

@@ -122,11 +122,41 @@ pub fn plan(
     resolution: SignedDuration,
     now: Timestamp,
 ) -> PolicyPlan {
+    plan_with(
+        policy,
+        policies,
+        workloads,
+        namespaces,
+        observations,
+        audit,
+        history,
+        resolution,
+        now,
+        0,
+    )
+}
+
+/// [`plan`], with `acted_without_pods` more actions of the last hour counted against
+/// `maxPerHour`: those on workloads that have no pods any more
+/// ([`acted_last_hour_without_pods`]).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_with(
+    policy: &GpuPolicy,
+    policies: &[&GpuPolicy],
+    workloads: &[Workload],
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+    observations: &HashMap<(&str, &str), Vec<&GpuObservation>>,
+    audit: &AuditMemory,
+    history: &mut Histories<ObjectKey>,
+    resolution: SignedDuration,
+    now: Timestamp,
+    acted_without_pods: u32,
+) -> PolicyPlan {
     let rules = Rules::from_spec(&policy.spec);
     let empty = BTreeMap::new();
     let mut out = PolicyPlan::default();
     let hour_ago = now - SignedDuration::from_hours(1);
-    let mut acted_last_hour = 0u32;
+    let mut acted_last_hour = acted_without_pods;
     // (inventory index, key, meta, pods, GPUs, ladder, blocked) of each governed workload.
     let mut governed = Vec::new();
     for (i, w) in workloads.iter().enumerate() {
@@ -267,6 +297,49 @@ pub struct Reclaimed {
 /// The workloads a policy has reclaimed and what they held (from their
 /// `gpureaper.io/reclaimed` record): count, GPUs and USD per hour. Only reclaims still
 /// in place count (a wake removes the record).
+/// Actions of the last hour (`reaped-at`) on roots `policy` governs that have no pods
+/// any more, so are not in `workloads`: a scaled-to-zero Deployment loses its pods once
+/// its controller removes them, and `maxPerHour` must still count that action.
+pub fn acted_last_hour_without_pods(
+    policy: &GpuPolicy,
+    policies: &[&GpuPolicy],
+    owners: &HashMap<ObjectKey, crate::cluster::inventory::ObjectInfo>,
+    workloads: &[Workload],
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+    now: Timestamp,
+) -> u32 {
+    let hour_ago = now - SignedDuration::from_hours(1);
+    let listed: std::collections::HashSet<ObjectKey> =
+        workloads.iter().map(|w| w.root.key()).collect();
+    let empty = BTreeMap::new();
+    let mut acted = 0;
+    for o in owners.values() {
+        let recent = o
+            .annotations
+            .get(keys::REAPED_AT)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .is_some_and(|t| t >= hour_ago);
+        // A root only (ReplicaSets carry copies of their Deployment's annotations).
+        let is_root = o.owner.as_ref().is_none_or(|up| {
+            !owners.contains_key(&ObjectKey::new(
+                &up.api_version,
+                &up.kind,
+                &o.namespace,
+                &up.name,
+            ))
+        });
+        if !recent || !is_root || listed.contains(&o.key()) {
+            continue;
+        }
+        let ns_labels = namespaces.get(&o.namespace).unwrap_or(&empty);
+        let (chosen, _) = policy::select(policies.iter().copied(), &o.kind, ns_labels, &o.labels);
+        if chosen.map(|p| &p.metadata.name) == Some(&policy.metadata.name) {
+            acted += 1;
+        }
+    }
+    acted
+}
+
 pub fn reclaimed_holdings(
     policy: &GpuPolicy,
     policies: &[&GpuPolicy],
@@ -779,6 +852,40 @@ mod tests {
 #[cfg(test)]
 mod spend_tests {
     use super::*;
+
+    #[test]
+    fn an_action_on_a_workload_whose_pods_are_gone_still_counts_against_max_per_hour() {
+        let policy: GpuPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
+            "spec": {"mode": "Enforce"}}))
+        .unwrap();
+        let now: Timestamp = "2026-11-29T12:00:00Z".parse().unwrap();
+        let owner = |name: &str, reaped_at: &str, owned_by: Option<&str>| {
+            let mut o = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "ml", "creationTimestamp": "2026-11-28T12:00:00Z",
+                             "annotations": {keys::REAPED_AT: reaped_at}}});
+            if let Some(parent) = owned_by {
+                o["kind"] = "ReplicaSet".into();
+                o["metadata"]["ownerReferences"] = serde_json::json!([
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": parent, "uid": "u", "controller": true}]);
+            }
+            let info = crate::cluster::inventory::ObjectInfo::from_value(&o).unwrap();
+            (info.key(), info)
+        };
+        let owners: HashMap<_, _> = [
+            // Scaled to zero 20 minutes ago; its controller has removed the pods.
+            owner("chat", "2026-11-29T11:40:00Z", None),
+            // Its ReplicaSet, with the copied annotation: the same action.
+            owner("chat-7f9c", "2026-11-29T11:40:00Z", Some("chat")),
+            // Two hours ago: outside the hour.
+            owner("old", "2026-11-29T10:00:00Z", None),
+        ]
+        .into_iter()
+        .collect();
+        let acted =
+            acted_last_hour_without_pods(&policy, &[&policy], &owners, &[], &HashMap::new(), now);
+        assert_eq!(acted, 1);
+    }
 
     #[test]
     fn a_reclaimed_deployment_counts_once_though_its_replica_set_carries_copies_of_its_annotations()

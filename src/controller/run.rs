@@ -28,7 +28,7 @@ use serde_json::json;
 
 use super::deliver::{self, Delivery};
 use super::lease::Elector;
-use super::plan::{AuditMemory, by_pod, plan};
+use super::plan::{AuditMemory, by_pod};
 use crate::admission::count::GpuResources;
 use crate::api::conditions::{condition, set_condition};
 use crate::api::policy::ActionType;
@@ -430,7 +430,15 @@ impl Controller {
                 .last_evaluation
                 .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))
                 .clamp(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
-            let plan = plan(
+            let acted_without_pods = super::plan::acted_last_hour_without_pods(
+                policy,
+                &all,
+                &owners,
+                &workloads,
+                &namespaces,
+                now,
+            );
+            let plan = super::plan::plan_with(
                 policy,
                 &all,
                 &workloads,
@@ -440,6 +448,7 @@ impl Controller {
                 history,
                 resolution,
                 now,
+                acted_without_pods,
             );
             let mut idle_gpus = 0.0;
             let mut counts = WorkloadCounts {
