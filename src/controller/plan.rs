@@ -297,6 +297,23 @@ pub struct Reclaimed {
 /// The workloads a policy has reclaimed and what they held (from their
 /// `gpureaper.io/reclaimed` record): count, GPUs and USD per hour. Only reclaims still
 /// in place count (a wake removes the record).
+/// Whether `o` is the root of its chain among `owners`: the Deployment controller copies
+/// a Deployment's annotations onto its ReplicaSets (and never removes them), so a record
+/// such as `reaped-at` is read from roots only, or one workload would count twice.
+fn is_root(
+    o: &crate::cluster::inventory::ObjectInfo,
+    owners: &HashMap<ObjectKey, crate::cluster::inventory::ObjectInfo>,
+) -> bool {
+    o.owner.as_ref().is_none_or(|up| {
+        !owners.contains_key(&ObjectKey::new(
+            &up.api_version,
+            &up.kind,
+            &o.namespace,
+            &up.name,
+        ))
+    })
+}
+
 /// Actions of the last hour (`reaped-at`) on roots `policy` governs that have no pods
 /// any more, so are not in `workloads`: a scaled-to-zero Deployment loses its pods once
 /// its controller removes them, and `maxPerHour` must still count that action.
@@ -319,16 +336,7 @@ pub fn acted_last_hour_without_pods(
             .get(keys::REAPED_AT)
             .and_then(|t| t.parse::<Timestamp>().ok())
             .is_some_and(|t| t >= hour_ago);
-        // A root only (ReplicaSets carry copies of their Deployment's annotations).
-        let is_root = o.owner.as_ref().is_none_or(|up| {
-            !owners.contains_key(&ObjectKey::new(
-                &up.api_version,
-                &up.kind,
-                &o.namespace,
-                &up.name,
-            ))
-        });
-        if !recent || !is_root || listed.contains(&o.key()) {
+        if !recent || !is_root(o, owners) || listed.contains(&o.key()) {
             continue;
         }
         let ns_labels = namespaces.get(&o.namespace).unwrap_or(&empty);
@@ -358,17 +366,8 @@ pub fn reclaimed_holdings(
         if !o.annotations.contains_key(keys::REAPED_AT) {
             continue;
         }
-        // Only a root holds the record: the Deployment controller copies a Deployment's
-        // annotations onto its ReplicaSets (and never removes them), which would count
-        // one reclaimed workload twice, and forever after a wake.
-        if let Some(up) = &o.owner
-            && owners.contains_key(&ObjectKey::new(
-                &up.api_version,
-                &up.kind,
-                &o.namespace,
-                &up.name,
-            ))
-        {
+        // Only a root holds the record (see `is_root`).
+        if !is_root(o, owners) {
             continue;
         }
         let Some(held) = o
