@@ -363,8 +363,8 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     // A team cannot approve by writing status itself: the webhook knows it last changed
     // the spec (four eyes)…
     let forged_status = r#"{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Self","message":"me","lastTransitionTime":"2026-11-01T00:00:00Z"}],"approvedBy":"me","approvedGeneration":2}}"#;
-    let own = team.kubectl(
-        &[
+    let patch_status = |status: &str| -> Vec<String> {
+        [
             "patch",
             "readinessattestation",
             "llama-finetune",
@@ -375,10 +375,13 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
             "--type",
             "merge",
             "-p",
-            forged_status,
-        ],
-        None,
-    );
+            status,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let args = patch_status(forged_status);
+    let own = team.kubectl(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
     assert!(!own.ok, "the team approved its own spec");
     assert!(
         own.stderr.contains("who may not approve it (four eyes)"),
@@ -387,22 +390,10 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     );
     // …and nobody approves a generation that is not the current one: the CRD's CEL
     // rule, evaluated by the real API server.
-    let forged = cluster.try_kubectl(
-        &[
-            "patch",
-            "readinessattestation",
-            "llama-finetune",
-            "-n",
-            ns,
-            "--subresource",
-            "status",
-            "--type",
-            "merge",
-            "-p",
-            &forged_status.replace("\"approvedGeneration\":2", "\"approvedGeneration\":1"),
-        ],
-        None,
+    let args = patch_status(
+        &forged_status.replace("\"approvedGeneration\":2", "\"approvedGeneration\":1"),
     );
+    let forged = cluster.try_kubectl(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
     assert!(!forged.ok);
     assert!(
         forged
