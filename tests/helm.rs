@@ -697,6 +697,37 @@ fn run_as(program: &str, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) 
     (run.ok, format!("{}{}", run.stdout, run.stderr))
 }
 
+/// A release with the default values governing `governed`, installed into `system`; its
+/// cluster-scoped objects are left to `cleanup`. (release, full name, its objects.)
+fn install_defaults(
+    cluster: &'static Cluster,
+    cleanup: &mut Cleanup,
+    system: &str,
+    governed: &str,
+) -> (String, String, Vec<Value>) {
+    let release = format!("r{}", unique());
+    let full = format!("{release}-gpu-reaper");
+    cleanup.add(
+        "validatingwebhookconfiguration",
+        &format!("{full}-budget-gate"),
+    );
+    cleanup.add(
+        "mutatingwebhookconfiguration",
+        &format!("{full}-attestation-author"),
+    );
+    cleanup.add("gpupolicy", &format!("{release}-audit"));
+    let install = helm_release(
+        cluster,
+        "install",
+        &release,
+        system,
+        &defaults(&release, governed),
+    );
+    assert!(install.ok, "helm install: {}", install.stderr);
+    let (_, objects) = manifest(cluster, &release, system);
+    (release, full, objects)
+}
+
 #[test]
 fn the_people_roles_let_teams_write_attestations_and_only_approvers_approve() {
     let cluster = cluster();
@@ -708,22 +739,7 @@ fn the_people_roles_let_teams_write_attestations_and_only_approvers_approve() {
     cleanup.add("namespace", &team);
     let platform = cluster.namespace("platform", &[]);
     cleanup.add("namespace", &platform);
-    let release = format!("r{}", unique());
-    let full = format!("{release}-gpu-reaper");
-    cleanup.add(
-        "validatingwebhookconfiguration",
-        &format!("{full}-budget-gate"),
-    );
-    cleanup.add("gpupolicy", &format!("{release}-audit"));
-    let install = helm_release(
-        cluster,
-        "install",
-        &release,
-        &system,
-        &defaults(&release, &team),
-    );
-    assert!(install.ok, "helm install: {}", install.stderr);
-    let (_, objects) = manifest(cluster, &release, &system);
+    let (release, full, objects) = install_defaults(cluster, &mut cleanup, &system, &team);
     narrow_gate(cluster, &objects, &[&team]);
     // A team member bound in their namespace; an approver bound cluster-wide. Both are
     // ServiceAccounts with tokens the API server issued.
@@ -857,22 +873,7 @@ fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
     cleanup.add("namespace", &system);
     let ml = cluster.namespace("ml-helm", &[]);
     cleanup.add("namespace", &ml);
-    let release = format!("r{}", unique());
-    let full = format!("{release}-gpu-reaper");
-    cleanup.add(
-        "validatingwebhookconfiguration",
-        &format!("{full}-budget-gate"),
-    );
-    cleanup.add("gpupolicy", &format!("{release}-audit"));
-    let install = helm_release(
-        cluster,
-        "install",
-        &release,
-        &system,
-        &defaults(&release, &ml),
-    );
-    assert!(install.ok, "helm install: {}", install.stderr);
-    let (_, objects) = manifest(cluster, &release, &system);
+    let (release, full, objects) = install_defaults(cluster, &mut cleanup, &system, &ml);
     let dir = tempfile::tempdir().unwrap();
 
     // The webhook as the chart's webhook ServiceAccount (a real token), with the chart's
