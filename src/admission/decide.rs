@@ -371,16 +371,7 @@ pub fn admission_policy<'a>(
         if !selected {
             continue;
         }
-        let wins = best.is_none_or(|(b, _)| {
-            (
-                policy.spec.priority,
-                std::cmp::Reverse(policy.metadata.name.as_deref()),
-            ) > (
-                b.spec.priority,
-                std::cmp::Reverse(b.metadata.name.as_deref()),
-            )
-        });
-        if wins {
+        if best.is_none_or(|(b, _)| policy.outranks(b)) {
             best = Some((policy, rules));
         }
     }

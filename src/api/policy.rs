@@ -511,20 +511,25 @@ pub fn select<'a>(
             continue;
         }
         matched += 1;
-        let wins = best.is_none_or(|b| {
-            (
-                policy.spec.priority,
-                std::cmp::Reverse(policy.metadata.name.as_deref()),
-            ) > (
-                b.spec.priority,
-                std::cmp::Reverse(b.metadata.name.as_deref()),
-            )
-        });
-        if wins {
+        if best.is_none_or(|b| policy.outranks(b)) {
             best = Some(policy);
         }
     }
     (best, matched)
+}
+
+impl GpuPolicy {
+    /// Whether this policy wins over `other` when both match: higher `priority`, then the
+    /// name that sorts first.
+    pub fn outranks(&self, other: &GpuPolicy) -> bool {
+        (
+            self.spec.priority,
+            std::cmp::Reverse(self.metadata.name.as_deref()),
+        ) > (
+            other.spec.priority,
+            std::cmp::Reverse(other.metadata.name.as_deref()),
+        )
+    }
 }
 
 impl Default for IdleSpec {
