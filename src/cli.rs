@@ -79,6 +79,21 @@ pub struct ControllerArgs {
     /// every GpuPolicy.
     #[arg(long, env = "GPU_REAPER_POLICY_SELECTOR", default_value = "")]
     pub policy_selector: String,
+    /// Keep a ResourceQuota `gpu-reaper-gpus` in every namespace an Enforce admission
+    /// policy governs, at the GPUs the budget gate allows there (docs/budget-gate.md,
+    /// G2), so the API server refuses the pod that would cross it even while the webhook
+    /// is down. `false`: the webhook alone enforces.
+    #[arg(long, env = "GPU_REAPER_GPU_QUOTA", default_value_t = true, action = clap::ArgAction::Set)]
+    pub gpu_quota: bool,
+    /// Namespaces never given a GPU quota, comma-separated (the chart passes the
+    /// webhook's excluded namespaces, its own among them).
+    #[arg(
+        long,
+        env = "GPU_REAPER_QUOTA_EXCLUDED_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-node-lease"
+    )]
+    pub quota_excluded_namespaces: Vec<String>,
     /// This replica's identity in the Lease (the pod name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,

@@ -25,7 +25,7 @@ use common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until}
 use common::pki;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SAFETY: Duration = Duration::from_secs(60);
@@ -780,5 +780,254 @@ fn kubectl_scale_of_an_8_gpu_deployment_to_100_replicas_is_refused_by_the_gate()
     cluster.kubectl(
         &["delete", "deployment", "serve", "-n", ns, "--wait=false"],
         None,
+    );
+}
+
+/// An HPA is one more way to write `/scale`: its controller's scale-up of an 8-GPU
+/// Deployment past the allowance is refused by the gate like a person's.
+#[test]
+fn an_hpa_scaling_an_8_gpu_deployment_past_the_allowance_is_refused_by_the_gate() {
+    let s = setup("hpa", policy);
+    let (cluster, ns) = (s.cluster, s.ns.as_str());
+    cluster.apply(&gpu_deployment(ns, "serve", 1, 8));
+    cluster.running_pods(ns, "app=serve", 1);
+    wait_until("the webhook caches the Deployment", || {
+        cluster
+            .try_kubectl(
+                &[
+                    "scale",
+                    "deployment",
+                    "serve",
+                    "-n",
+                    ns,
+                    "--replicas=2",
+                    "--dry-run=server",
+                ],
+                None,
+            )
+            .stderr
+            .contains("denied the request")
+    });
+    let hpa = format!(
+        r#"{{"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {{"name": "serve", "namespace": "{ns}"}},
+            "spec": {{"scaleTargetRef": {{"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve"}},
+                     "minReplicas": 4, "maxReplicas": 8}}}}"#
+    );
+    cluster.apply(&hpa);
+    // The HPA controller scales to minReplicas without metrics; its write is judged.
+    let mut condition = Value::Null;
+    wait_until("the HPA reports the refused rescale", || {
+        let hpa = cluster.get("hpa", Some(ns), "serve").unwrap_or_default();
+        condition = hpa["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "AbleToScale" && c["reason"] == "FailedUpdateScale")
+            .cloned()
+            .unwrap_or(Value::Null);
+        !condition.is_null()
+    });
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("admission webhook \"budget-gate.gpureaper.io\" denied the request")
+            && message.contains("GPU"),
+        "{condition}"
+    );
+    let after = cluster.get("deployment", Some(ns), "serve").unwrap();
+    assert_eq!(after["spec"]["replicas"], 1, "the HPA's scale went through");
+    cluster.kubectl(
+        &[
+            "delete",
+            "hpa,deployment",
+            "--all",
+            "-n",
+            ns,
+            "--wait=false",
+        ],
+        None,
+    );
+}
+
+/// A Deployment of `replicas` pods with `gpus` GPUs each (labels `app: name`).
+fn gpu_deployment(ns: &str, name: &str, replicas: u32, gpus: u32) -> String {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+           "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                                 "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.0",
+                                                          "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}}}})
+    .to_string()
+}
+
+/// The hard limit of the namespace's GPU quota for `key`, once the quota controller has
+/// taken it up (the API server enforces `status.hard`).
+fn quota_hard(cluster: &Cluster, ns: &str, key: &str) -> Option<String> {
+    let q = cluster.get("resourcequota", Some(ns), "gpu-reaper-gpus")?;
+    let spec = q["spec"]["hard"][key].as_str()?.to_string();
+    (q["status"]["hard"][key].as_str() == Some(spec.as_str())).then_some(spec)
+}
+
+/// G2: with no webhook running at all, the controller's ResourceQuota makes the API
+/// server refuse the pods past what the gate allows; an approved attestation raises it,
+/// an edit after approval or the expiry lowers it again (and the attestation says why),
+/// and a namespace no longer governed loses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_webhook_stopped_the_controllers_quota_refuses_the_pods_past_the_allowance() {
+    let s = common::scenario::Scenario::start(
+        "quota",
+        |ns| {
+            vec![common::scenario::Workload {
+                name: "serve",
+                manifest: gpu_deployment(ns, "serve", 1, 8),
+                pods: ("app=serve".into(), 1),
+            }]
+        },
+        |dcgm, ns, pods| {
+            dcgm.gpu(
+                ns,
+                &pods["serve"][0],
+                0,
+                common::scenario::H100,
+                0..=240,
+                |_| Some(0.9),
+            );
+        },
+    );
+    let (cluster, ns) = (s.cluster, s.ns.clone());
+    let ns = ns.as_str();
+    s.apply_policy("  admission:\n    largeClaimGpus: 8\n    mode: Enforce\n");
+    let cycle = |minutes: i64| {
+        let s = &s;
+        async move {
+            let (ok, log) = s.cycle(minutes, "quota-test").await;
+            assert!(ok, "{log}");
+            log
+        }
+    };
+    let log = cycle(0).await;
+    assert!(log.contains("GPU quota written"), "{log}");
+    let gpu = "requests.nvidia.com/gpu";
+    wait_until("the quota controller takes up the quota", || {
+        quota_hard(cluster, ns, gpu).as_deref() == Some("8")
+    });
+    // The kwok MIG node serves 1g.10gb slices: seven of them make a GPU.
+    assert_eq!(
+        quota_hard(cluster, ns, "requests.nvidia.com/mig-1g.10gb").as_deref(),
+        Some("56")
+    );
+    // No webhook is registered for this namespace: the scale itself is admitted, and
+    // the ReplicaSet's new pods are refused by the API server.
+    cluster.kubectl(
+        &["scale", "deployment", "serve", "-n", ns, "--replicas=3"],
+        None,
+    );
+    let mut refusal = String::new();
+    wait_until(
+        "the ReplicaSet reports FailedCreate naming the quota",
+        || {
+            refusal = cluster
+                .list("events", ns, None)
+                .into_iter()
+                .filter(|e| {
+                    e["reason"] == "FailedCreate" && e["involvedObject"]["kind"] == "ReplicaSet"
+                })
+                .filter_map(|e| e["message"].as_str().map(String::from))
+                .find(|m| m.contains("exceeded quota: gpu-reaper-gpus"))
+                .unwrap_or_default();
+            !refusal.is_empty()
+        },
+    );
+    assert!(refusal.contains("requests.nvidia.com/gpu"), "{refusal}");
+    let running = |c: &Cluster| {
+        c.list("pods", ns, Some("app=serve"))
+            .into_iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .count()
+    };
+    assert_eq!(running(cluster), 1, "a pod past the quota was created");
+    // An approved 16-GPU attestation: 8 + 16 GPUs.
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2);
+    let attestation = |max: u32| {
+        format!(
+            r#"{{"apiVersion": "gpureaper.io/v1alpha1", "kind": "ReadinessAttestation",
+                "metadata": {{"name": "serve", "namespace": "{ns}"}},
+                "spec": {{"selector": {{"matchLabels": {{"app": "serve"}}}}, "maxGpus": {max},
+                         "expiresAt": "{expires}", "owner": {{"email": "alice@example.com"}},
+                         "evidence": {{"datasetUri": "s3://bucket/v3", "dataThroughputGBps": 40, "checkpointing": true}}}}}}"#,
+            expires = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+    };
+    cluster.apply(&attestation(16));
+    let target = format!("{ns}/serve");
+    let approve = gpu_reaper(
+        cluster,
+        &["attest", "approve", &target, "--generation", "1"],
+    );
+    assert!(approve.ok, "{}", approve.stderr);
+    cycle(1).await;
+    wait_until("the quota grows to 24", || {
+        quota_hard(cluster, ns, gpu).as_deref() == Some("24")
+    });
+    // The ReplicaSet retries with a backoff; a scale event makes it try now.
+    cluster.kubectl(
+        &["scale", "deployment", "serve", "-n", ns, "--replicas=2"],
+        None,
+    );
+    cluster.kubectl(
+        &["scale", "deployment", "serve", "-n", ns, "--replicas=3"],
+        None,
+    );
+    wait_until("three pods run within the quota", || running(cluster) == 3);
+    // Edited after approval: the approval no longer counts, and says so.
+    cluster.apply(&attestation(64));
+    cycle(2).await;
+    let reason = |c: &Cluster| {
+        c.kubectl(
+            &["get", "readinessattestation", "serve", "-n", ns, "--no-headers", "-o",
+              "custom-columns=A:.status.conditions[?(@.type==\"Approved\")].status,R:.status.conditions[?(@.type==\"Approved\")].reason"],
+            None,
+        )
+        .split_whitespace()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(reason(cluster), ["False", "SpecChanged"]);
+    let table = cluster.kubectl(&["get", "readinessattestation", "serve", "-n", ns], None);
+    assert!(
+        table.contains("REASON") && table.contains("SpecChanged"),
+        "{table}"
+    );
+    wait_until("the quota shrinks back to 8", || {
+        quota_hard(cluster, ns, gpu).as_deref() == Some("8")
+    });
+    assert_eq!(
+        running(cluster),
+        3,
+        "a quota never takes GPUs from running pods"
+    );
+    // Approved again, then past its expiry.
+    let approve = gpu_reaper(
+        cluster,
+        &["attest", "approve", &target, "--generation", "2"],
+    );
+    assert!(approve.ok, "{}", approve.stderr);
+    cycle(3).await;
+    wait_until("the quota grows to 72", || {
+        quota_hard(cluster, ns, gpu).as_deref() == Some("72")
+    });
+    cycle(200).await;
+    assert_eq!(reason(cluster), ["False", "Expired"]);
+    wait_until("the quota shrinks to 8 after the expiry", || {
+        quota_hard(cluster, ns, gpu).as_deref() == Some("8")
+    });
+    // Warn mode does not enforce: the quota goes.
+    s.apply_policy("  admission:\n    largeClaimGpus: 8\n    mode: Warn\n");
+    let log = cycle(201).await;
+    assert!(log.contains("GPU quota removed"), "{log}");
+    assert!(
+        cluster
+            .get("resourcequota", Some(ns), "gpu-reaper-gpus")
+            .is_none()
     );
 }

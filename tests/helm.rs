@@ -981,6 +981,14 @@ fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
             );
         }
     }
+    // G2: the GPU quota of the namespace the gate governs, written with the chart's RBAC.
+    let quota = cluster
+        .get("resourcequota", Some(&ml), "gpu-reaper-gpus")
+        .expect("the controller keeps the namespace's GPU quota");
+    assert_eq!(
+        quota["spec"]["hard"]["requests.nvidia.com/gpu"], "8",
+        "{quota}"
+    );
     let deployment = cluster.get("deployment", Some(&ml), "chat").unwrap();
     assert_eq!(deployment["spec"]["replicas"], 0, "scaled to zero");
     let job = cluster.get("job", Some(&ml), "train").unwrap();
@@ -1048,9 +1056,15 @@ subjects:
         "the namespace's own ServiceAccount slipped past the gate: {text}"
     );
     assert!(text.contains("budget-gate.gpureaper.io"), "{text}");
+    // kube-controller-manager's identity skips the gate (its Job was gated), but not the
+    // namespace's GPU quota (G2): the API server refuses 16 GPUs where 8 are allowed.
     let (ok, text) = apply_as("kube-system", "job-controller");
-    assert!(ok, "{text}");
-    assert!(cluster.get("pod", Some(&ml), "by-job-controller").is_some());
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("exceeded quota: gpu-reaper-gpus") && !text.contains("budget-gate"),
+        "{text}"
+    );
+    assert!(cluster.get("pod", Some(&ml), "by-job-controller").is_none());
     drop(gate);
     let uninstall = helm(cluster, &["uninstall", &release, "--namespace", &system]);
     assert!(uninstall.ok, "{}", uninstall.stderr);

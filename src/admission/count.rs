@@ -1199,6 +1199,11 @@ enum QuantityError {
     TooLarge,
 }
 
+/// A quantity of whole units (a ResourceQuota's `used`), `None` when it is not one.
+pub fn quantity_units(s: &str) -> Option<u64> {
+    whole_quantity(s).ok().and_then(|v| u64::try_from(v).ok())
+}
+
 /// Parses a Kubernetes quantity exactly, as a whole number.
 fn whole_quantity(s: &str) -> Result<u128, QuantityError> {
     use QuantityError::*;

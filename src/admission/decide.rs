@@ -811,7 +811,7 @@ fn total(values: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// Approved for its current spec and unexpired: counts toward what a namespace may hold.
-fn standing(a: &ReadinessAttestation, now: Timestamp) -> bool {
+pub fn standing(a: &ReadinessAttestation, now: Timestamp) -> bool {
     matches!(
         check_attestation_held(a, 0.0, 0.0, 0.0, &AdmissionSpec::default(), now),
         Check::Passes

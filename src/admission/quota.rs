@@ -13,17 +13,22 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 
 use super::count::GpuResources;
-use super::decide::{Check, check_attestation};
-use crate::api::ReadinessAttestation;
+use super::count::quantity_units;
+use super::decide::{Check, check_attestation, standing};
 use crate::api::attestation::APPROVED;
 use crate::api::conditions::condition;
 use crate::api::policy::AdmissionSpec;
+use crate::api::{GpuPolicy, ReadinessAttestation};
 
 /// Name of the ResourceQuota the controller keeps in each governed namespace.
 pub const QUOTA_NAME: &str = "gpu-reaper-gpus";
+
+/// Label naming the GpuPolicy a quota was written for (a controller sharded by
+/// `--policy-selector` removes only the quotas of its own policies).
+pub const POLICY_LABEL: &str = "gpureaper.io/policy";
 
 /// The GPUs G1 lets `attestations`' namespace hold at `now`: the unattested allowance
 /// plus the `maxGpus` of each approved, unexpired attestation.
@@ -35,39 +40,95 @@ pub fn allowed_gpus(
     let allowance = u64::from(rules.unattested_gpus.unwrap_or(rules.large_claim_gpus));
     let attested: u64 = attestations
         .iter()
-        .filter(|a| check_attestation(a, 0.0, &AdmissionSpec::default(), now) == Check::Passes)
+        .filter(|a| standing(a, now))
         .map(|a| u64::from(a.spec.max_gpus))
         .sum();
     allowance + attested
 }
 
-/// The ResourceQuota for `namespace` at `gpus` GPUs: every whole GPU resource that is not
-/// a prefix (`requests.` and `limits.`, since either may be set alone), each at the full
-/// figure (a quota cannot bound a sum across resources; the webhook does), and the DRA
-/// device-class quota `<class>.deviceclass.resource.k8s.io/devices` of every GPU device
-/// class (served since Kubernetes 1.34; older servers ignore it). Over budget (G3) the
-/// caller passes what the namespace holds now, so the quota stops growth.
-pub fn quota(namespace: &str, gpus: u64, resources: &GpuResources) -> ResourceQuota {
-    let amount = Quantity(gpus.to_string());
-    let mut hard: BTreeMap<String, Quantity> = BTreeMap::new();
-    for resource in resources.whole.iter().filter(|r| !r.ends_with('*')) {
-        hard.insert(format!("requests.{resource}"), amount.clone());
-        hard.insert(format!("limits.{resource}"), amount.clone());
+/// The quota key of an extended resource (the API server takes only `requests.` for
+/// extended resources: their requests always equal their limits).
+fn request_key(resource: &str) -> String {
+    format!("requests.{resource}")
+}
+
+/// The hard limits of the quota for `gpus` GPUs: for every GPU resource named in
+/// `resources` that is not a prefix, and every `served` resource name (nodes'
+/// allocatable) a prefix or the MIG prefix covers, as many units as fit in `gpus` (a MIG
+/// `1g` slice is 1/7 of a GPU, so 8 GPUs allow 56 of them); and the DRA device-class
+/// quota `<class>.deviceclass.resource.k8s.io/devices` of every GPU device class (one GPU
+/// per device; served since Kubernetes 1.34, older servers ignore it). A quota cannot
+/// bound a sum across resources: each resource may reach the whole figure alone, and the
+/// webhook bounds the sum.
+///
+/// `frozen`: the namespace is over its monthly budget (G3) and gets no new GPUs; each
+/// limit is capped at what the quota's status reports in use (none grows, none is
+/// taken from running pods).
+pub fn hard_limits(
+    gpus: u64,
+    resources: &GpuResources,
+    served: &[String],
+    frozen: Option<&BTreeMap<String, Quantity>>,
+) -> BTreeMap<String, Quantity> {
+    let mut units: BTreeMap<String, u64> = BTreeMap::new();
+    let names = resources
+        .whole
+        .iter()
+        .filter(|r| !r.ends_with('*'))
+        .chain(served.iter());
+    for resource in names {
+        let Some(share) = resources.share_of(resource).filter(|s| *s > 0.0) else {
+            continue;
+        };
+        let fit = ((gpus as f64) / share + 1e-9).floor();
+        units.insert(request_key(resource), fit.min(u64::MAX as f64) as u64);
     }
     for class in &resources.device_classes {
-        hard.insert(
-            format!("{class}.deviceclass.resource.k8s.io/devices"),
-            amount.clone(),
-        );
+        units.insert(format!("{class}.deviceclass.resource.k8s.io/devices"), gpus);
     }
+    if let Some(used) = frozen {
+        for (key, limit) in units.iter_mut() {
+            let in_use = used
+                .get(key)
+                .and_then(|q| quantity_units(&q.0))
+                .unwrap_or(0);
+            *limit = (*limit).min(in_use);
+        }
+    }
+    units
+        .into_iter()
+        .map(|(k, v)| (k, Quantity(v.to_string())))
+        .collect()
+}
+
+/// The ResourceQuota for `namespace` with `hard` limits, owned by `policy` (deleting the
+/// policy deletes its quotas).
+pub fn quota(
+    namespace: &str,
+    hard: BTreeMap<String, Quantity>,
+    policy: &GpuPolicy,
+) -> ResourceQuota {
+    let name = policy.metadata.name.clone().unwrap_or_default();
     ResourceQuota {
         metadata: ObjectMeta {
             name: Some(QUOTA_NAME.to_string()),
             namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_string(),
-                "gpu-reaper".to_string(),
-            )])),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "gpu-reaper".to_string(),
+                ),
+                (POLICY_LABEL.to_string(), name.clone()),
+            ])),
+            owner_references: policy.metadata.uid.clone().map(|uid| {
+                vec![OwnerReference {
+                    api_version: format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
+                    kind: "GpuPolicy".to_string(),
+                    name,
+                    uid,
+                    ..OwnerReference::default()
+                }]
+            }),
             ..ObjectMeta::default()
         },
         spec: Some(ResourceQuotaSpec {
@@ -149,17 +210,58 @@ mod tests {
         );
     }
 
+    fn policy() -> GpuPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": "gate", "uid": "u-1"},
+            "spec": {"match": {}, "admission": {"largeClaimGpus": 8}},
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn the_quota_bounds_every_gpu_resource_and_device_class() {
-        let q = quota("team-a", 72, &GpuResources::default());
-        let hard = q.spec.unwrap().hard.unwrap();
-        assert_eq!(hard["requests.nvidia.com/gpu"], Quantity("72".into()));
-        assert_eq!(hard["limits.amd.com/gpu"], Quantity("72".into()));
+        let served = vec![
+            "nvidia.com/mig-1g.10gb".to_string(),
+            "nvidia.com/mig-3g.40gb".to_string(),
+            "gpu.intel.com/i915".to_string(),
+            "example.com/fpga".to_string(),
+        ];
+        let hard = hard_limits(72, &GpuResources::default(), &served, None);
+        let units = |k: &str| hard.get(k).map(|q| q.0.as_str());
+        assert_eq!(units("requests.nvidia.com/gpu"), Some("72"));
+        assert_eq!(units("requests.amd.com/gpu"), Some("72"));
+        // A 1g slice is a seventh of a GPU, a 3g slice three sevenths.
+        assert_eq!(units("requests.nvidia.com/mig-1g.10gb"), Some("504"));
+        assert_eq!(units("requests.nvidia.com/mig-3g.40gb"), Some("168"));
+        assert_eq!(units("requests.gpu.intel.com/i915"), Some("72"));
+        assert_eq!(units("requests.example.com/fpga"), None);
         assert_eq!(
-            hard["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"],
-            Quantity("72".into())
+            units("gpu.nvidia.com.deviceclass.resource.k8s.io/devices"),
+            Some("72")
         );
         assert!(!hard.keys().any(|k| k.contains('*')), "{hard:?}");
+        assert!(!hard.keys().any(|k| k.starts_with("limits.")), "{hard:?}");
+        let q = quota("team-a", hard, &policy());
+        assert_eq!(q.metadata.labels.unwrap()[POLICY_LABEL], "gate");
+        assert_eq!(q.metadata.owner_references.unwrap()[0].uid, "u-1");
+    }
+
+    #[test]
+    fn over_budget_every_limit_stops_at_what_is_in_use() {
+        let used = BTreeMap::from([
+            ("requests.nvidia.com/gpu".to_string(), Quantity("16".into())),
+            ("requests.amd.com/gpu".to_string(), Quantity("0".into())),
+        ]);
+        let hard = hard_limits(72, &GpuResources::default(), &[], Some(&used));
+        assert_eq!(hard["requests.nvidia.com/gpu"], Quantity("16".into()));
+        assert_eq!(hard["requests.amd.com/gpu"], Quantity("0".into()));
+        // Not reported in use: nothing of it may be added.
+        assert_eq!(hard["requests.habana.ai/gaudi"], Quantity("0".into()));
+        // In use beyond what is allowed: the allowance still caps it.
+        let used = BTreeMap::from([("requests.nvidia.com/gpu".to_string(), Quantity("99".into()))]);
+        let hard = hard_limits(72, &GpuResources::default(), &[], Some(&used));
+        assert_eq!(hard["requests.nvidia.com/gpu"], Quantity("72".into()));
     }
 
     #[test]

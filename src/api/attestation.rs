@@ -35,6 +35,11 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.conditions[?(@.type==\"Approved\")].status"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Approved\")].reason"
+    ),
+    printcolumn(
         name = "Approved By",
         type_ = "string",
         json_path = ".status.approvedBy",

@@ -276,6 +276,8 @@ struct Controller {
     histories: HashMap<String, Histories<crate::cluster::inventory::ObjectKey>>,
     /// When the previous evaluation ran (the resolution of the idle spans).
     last_evaluation: Option<Timestamp>,
+    /// The GPU ResourceQuotas of the namespaces the budget gate governs (G2).
+    quotas: super::quota::QuotaKeeper,
 }
 
 fn kube_err(action: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
@@ -366,6 +368,9 @@ impl Controller {
             namespaces,
         } = self.observe(now).await?;
         self.housekeeping(&owners, &workloads, now).await;
+        self.quotas
+            .keep(&self.client, &policies, &namespaces, &self.resources, now)
+            .await;
         tracing::info!(
             workloads = workloads.len(),
             gpus = workloads.iter().map(|w| w.gpus).sum::<f64>(),
@@ -1386,6 +1391,12 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             namespace_annotations: HashMap::new(),
             histories: HashMap::new(),
             last_evaluation: None,
+            quotas: super::quota::QuotaKeeper::new(
+                args.gpu_quota,
+                args.quota_excluded_namespaces
+                    .iter()
+                    .map(|n| n.trim().to_string()),
+            ),
         };
         let elector = Arc::new(Elector::new(
             client,
