@@ -28,6 +28,10 @@ use rustls::pki_types::ServerName;
 
 const CONNECTIONS: usize = 8;
 
+// The allocator the binary uses (src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -282,7 +282,9 @@ pub enum AttestAction {
 pub struct AttestTarget {
     /// `<namespace>/<name>` of the ReadinessAttestation.
     pub attestation: String,
-    /// Who approves (recorded in status.approvedBy). Default: the kubeconfig user.
+    /// Who approves (recorded in status.approvedBy). Default: the identity the API server
+    /// authenticates (`kubectl auth whoami`), else the kubeconfig's user entry. The
+    /// webhook's four-eyes rule compares the authenticated identity whatever this says.
     #[arg(long, env = "GPU_REAPER_APPROVER")]
     pub approver: Option<String>,
     /// Why (recorded in the Approved condition's message).

@@ -3,6 +3,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use gpu_reaper::cli::{Cli, Command};
 
+// mimalloc: an AdmissionReview is parsed into many small allocations and dropped at once;
+// with glibc's allocator that was most of the time of a big review (docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // One TLS crypto provider for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();

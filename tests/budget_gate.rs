@@ -294,17 +294,17 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
         &["attest", "approve", &target, "--generation", "1"],
     );
     assert!(approve.ok, "{}", approve.stderr);
-    // approvedBy is the kubeconfig's user entry ("admin"), not the identity the API
-    // server authenticated (testenv-admin).
+    // approvedBy is the identity the API server authenticated (the admin certificate's
+    // CN), not the kubeconfig's name for its user entry ("admin").
     assert_eq!(
         approve.stdout.trim(),
-        format!("readinessattestation {target} approved by admin for generation 1")
+        format!("readinessattestation {target} approved by testenv-admin for generation 1")
     );
     let stored = cluster
         .get("readinessattestation", Some(ns), "llama-finetune")
         .unwrap();
     assert_eq!(stored["status"]["approvedGeneration"], 1);
-    assert_eq!(stored["status"]["approvedBy"], "admin");
+    assert_eq!(stored["status"]["approvedBy"], "testenv-admin");
     let admitted = create_until(cluster, &job(ns, "train", 8, 2), |r| r.ok);
     assert!(admitted.ok, "{}", admitted.stderr);
     release_job(cluster, ns, "train");
@@ -993,6 +993,18 @@ async fn with_the_webhook_stopped_the_controllers_quota_refuses_the_pods_past_th
         .collect::<Vec<_>>()
     };
     assert_eq!(reason(cluster), ["False", "SpecChanged"]);
+    let lapsed: Vec<String> = cluster
+        .list("events", ns, None)
+        .into_iter()
+        .filter(|e| {
+            e["involvedObject"]["kind"] == "ReadinessAttestation" && e["reason"] == "ApprovalLapsed"
+        })
+        .filter_map(|e| e["message"].as_str().map(String::from))
+        .collect();
+    assert!(
+        lapsed.iter().any(|m| m.contains("generation 1 (now 2)")),
+        "{lapsed:?}"
+    );
     let table = cluster.kubectl(&["get", "readinessattestation", "serve", "-n", ns], None);
     assert!(
         table.contains("REASON") && table.contains("SpecChanged"),

@@ -1056,3 +1056,51 @@ async fn an_empty_answer_to_the_coverage_query_judges_nothing_idle() {
         Some(at(95))
     );
 }
+
+/// G4 where a real API server cannot go (the CRD's maxima refuse such an object now; one
+/// written before they existed is still stored): an attestation that does not fit the
+/// types is skipped with a Warning Event on it, counts toward no GPU quota, and does not
+/// stop the readable ones from counting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_attestation_gets_an_event_and_counts_toward_no_gpu_quota() {
+    let policy = r#"
+apiVersion: gpureaper.io/v1alpha1
+kind: GpuPolicy
+metadata: {name: gate}
+spec:
+  match: {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ml}}}
+  admission: {largeClaimGpus: 8, mode: Enforce}
+"#;
+    let sim = cluster(&[], policy).await;
+    for (name, max) in [("good", 16u64), ("huge", 4_294_967_296)] {
+        sim.seed(json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "ReadinessAttestation",
+            "metadata": {"name": name, "namespace": "ml", "generation": 1},
+            "spec": {"selector": {}, "maxGpus": max, "expiresAt": "2099-01-01T00:00:00Z"},
+            "status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
+                "message": "ok", "lastTransitionTime": "2026-11-01T00:00:00Z"}],
+                "approvedBy": "oncall", "approvedGeneration": 1},
+        }))
+        .unwrap();
+    }
+    let prometheus = prometheus_with("unreadable-attestation", &history(&[], 10));
+    let log = once_ok(&sim, &prometheus.url, 10).await;
+    assert!(
+        log.contains("unreadable ReadinessAttestation skipped"),
+        "{log}"
+    );
+    let quota = sim
+        .get("", "resourcequotas", "ml", "gpu-reaper-gpus")
+        .expect("the GPU quota is written despite the unreadable attestation");
+    assert_eq!(
+        quota["spec"]["hard"]["requests.nvidia.com/gpu"], "24",
+        "the allowance (8) and the readable attestation (16) only: {quota}"
+    );
+    let events = events_for(&sim, "huge");
+    assert!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "Unreadable" && note.contains("maxGpus")),
+        "{events:?}"
+    );
+}

@@ -9,7 +9,7 @@
 //! change is retried). The webhook refuses an approver who last changed the spec.
 
 use jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -67,6 +67,19 @@ pub fn parse_target(text: &str) -> Result<(String, String)> {
             message: format!("{text:?} is not <namespace>/<name>, e.g. team-a/llama-finetune"),
         }),
     }
+}
+
+/// The identity the API server authenticated this client as (a SelfSubjectReview, what
+/// `kubectl auth whoami` asks): the name the webhook's four-eyes rule compares.
+async fn authenticated_user(client: &Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .inspect_err(|e| tracing::debug!(error = %e, "no SelfSubjectReview; naming the approver from the kubeconfig"))
+        .ok()?;
+    review.status?.user_info?.username
 }
 
 fn kubeconfig_user() -> Option<String> {
@@ -141,7 +154,11 @@ pub fn run(args: &AttestArgs) -> Result<()> {
 /// Approves or revokes; returns the line to print.
 pub async fn set_approval(client: Client, target: &AttestTarget, approve: bool) -> Result<String> {
     let (namespace, name) = parse_target(&target.attestation)?;
-    let approver = match target.approver.clone().or_else(kubeconfig_user) {
+    let approver = match &target.approver {
+        Some(a) => Some(a.clone()),
+        None => authenticated_user(&client).await.or_else(kubeconfig_user),
+    };
+    let approver = match approver {
         Some(a) if !a.trim().is_empty() => a,
         _ => {
             return Err(Error::InvalidArgument {

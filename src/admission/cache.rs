@@ -159,9 +159,9 @@ fn as_value(object: &DynamicObject) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
 
-/// Reads an object as the Rust type `K`; the error names what does not fit.
+/// Reads an object as the Rust type `K`; the error names the field that does not fit.
 pub fn read_typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
-    serde_json::from_value(as_value(object)).map_err(|e| e.to_string())
+    crate::api::read_dynamic(object)
 }
 
 /// What the caches keep of a pod.

@@ -299,7 +299,7 @@ pub fn count(
         gpus: 0.0,
         parts: Vec::new(),
         label_sets: Vec::new(),
-        seen_labels: HashSet::new(),
+        seen_labels: HashMap::new(),
         unresolved: Vec::new(),
         unresolved_claims: Vec::new(),
         named_claims: HashSet::new(),
@@ -307,8 +307,10 @@ pub fn count(
         open_ended: None,
     };
     let own_labels = labels_of(obj, "")?;
-    tally.seen_labels.insert(own_labels.clone());
     tally.label_sets.push(own_labels);
+    tally
+        .seen_labels
+        .insert(label_hash(&tally.label_sets[0]), vec![0]);
     let empty = Map::new();
     let spec = opt_object(obj, "spec", "")?.unwrap_or(&empty);
     match shape {
@@ -512,6 +514,12 @@ impl Shape {
     }
 }
 
+/// A hash of a label set, for [`Tally::add_labels`] (equal sets are compared in full).
+fn label_hash(labels: &BTreeMap<String, String>) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(labels)
+}
+
 struct Ctx<'a> {
     namespace: &'a str,
     resources: &'a GpuResources,
@@ -524,9 +532,10 @@ struct Tally<'a> {
     gpus: f64,
     parts: Vec<String>,
     label_sets: Vec<BTreeMap<String, String>>,
-    /// The label sets already in `label_sets`: de-duplication stays linear however many
-    /// pod templates an object has (a 1.6 MB PyTorchJob of thousands of roles).
-    seen_labels: HashSet<BTreeMap<String, String>>,
+    /// Where the label sets already in `label_sets` are, by hash: de-duplication stays
+    /// linear however many pod templates an object has (a 1.5 MiB PyTorchJob of thousands
+    /// of roles), without a second copy of each set.
+    seen_labels: HashMap<u64, Vec<usize>>,
     unresolved: Vec<String>,
     unresolved_claims: Vec<String>,
     named_claims: HashSet<String>,
@@ -541,9 +550,15 @@ impl Tally<'_> {
     }
 
     fn add_labels(&mut self, labels: BTreeMap<String, String>) {
-        if !labels.is_empty() && self.seen_labels.insert(labels.clone()) {
-            self.label_sets.push(labels);
+        if labels.is_empty() {
+            return;
         }
+        let at = self.seen_labels.entry(label_hash(&labels)).or_default();
+        if at.iter().any(|&i| self.label_sets[i] == labels) {
+            return;
+        }
+        at.push(self.label_sets.len());
+        self.label_sets.push(labels);
     }
 
     /// GPUs of one pod of a pod template (`metadata` + `spec`) at `path`; keeps its labels.
@@ -1312,11 +1327,27 @@ fn labels_of(obj: &Map<String, Value>, path: &str) -> Result<BTreeMap<String, St
     let Some(meta) = opt_object(obj, "metadata", path)? else {
         return Ok(BTreeMap::new());
     };
-    let meta_path = join(path, "metadata");
-    match opt_object(meta, "labels", &meta_path)? {
-        Some(labels) => string_map(labels, &join(&meta_path, "labels")),
-        None => Ok(BTreeMap::new()),
-    }
+    let Some(labels) = present(meta, "labels") else {
+        return Ok(BTreeMap::new());
+    };
+    // Built only for an error (see opt_object).
+    let labels_path = || join(&join(path, "metadata"), "labels");
+    let Some(labels) = labels.as_object() else {
+        return Err(problem(
+            &labels_path(),
+            format!("expected an object, found {}", found(labels)),
+        ));
+    };
+    labels
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k.clone(), s.clone())),
+            other => Err(problem(
+                &keyed(&labels_path(), k),
+                format!("expected a string, found {}", found(other)),
+            )),
+        })
+        .collect()
 }
 
 fn string_map(
@@ -1396,8 +1427,17 @@ fn opt_object<'v>(
     key: &str,
     path: &str,
 ) -> Result<Option<&'v Map<String, Value>>, CountError> {
+    // The path is only built for the error: this runs for every map of every pod
+    // template, thousands of times in a big object.
     present(obj, key)
-        .map(|v| object_at(v, &join(path, key)))
+        .map(|v| {
+            v.as_object().ok_or_else(|| {
+                problem(
+                    &join(path, key),
+                    format!("expected an object, found {}", found(v)),
+                )
+            })
+        })
         .transpose()
 }
 
@@ -1464,25 +1504,39 @@ fn opt_count(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u
 
 // --- the basis text ---
 
-/// `1 GPU`, `4 GPUs`, `0.29 GPU` (MIG fractions with two decimals).
-fn gpus_text(gpus: f64) -> String {
-    if gpus.fract() == 0.0 {
-        let unit = if gpus == 1.0 { "GPU" } else { "GPUs" };
-        format!("{gpus:.0} {unit}")
-    } else if gpus < 1.0 {
-        format!("{gpus:.2} GPU")
-    } else {
-        format!("{gpus:.2} GPUs")
+/// `1 GPU`, `4 GPUs`, `0.29 GPU` (MIG fractions with two decimals); written straight
+/// into the basis text (no String per part of a big object).
+fn gpus_text(gpus: f64) -> impl std::fmt::Display {
+    struct Gpus(f64);
+    impl std::fmt::Display for Gpus {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let gpus = self.0;
+            if gpus.fract() == 0.0 {
+                let unit = if gpus == 1.0 { "GPU" } else { "GPUs" };
+                write!(f, "{gpus:.0} {unit}")
+            } else if gpus < 1.0 {
+                write!(f, "{gpus:.2} GPU")
+            } else {
+                write!(f, "{gpus:.2} GPUs")
+            }
+        }
     }
+    Gpus(gpus)
 }
 
 /// `1 replica`, `3 replicas`.
-fn n_text(n: u64, singular: &str) -> String {
-    if n == 1 {
-        format!("1 {singular}")
-    } else {
-        format!("{n} {singular}s")
+fn n_text(n: u64, singular: &str) -> impl std::fmt::Display + '_ {
+    struct N<'a>(u64, &'a str);
+    impl std::fmt::Display for N<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            if self.0 == 1 {
+                write!(f, "1 {}", self.1)
+            } else {
+                write!(f, "{} {}s", self.0, self.1)
+            }
+        }
     }
+    N(n, singular)
 }
 
 /// GPUs a pod (template) at `path` asks for through the KAI scheduler's sharing

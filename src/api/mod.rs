@@ -37,3 +37,21 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     }
     Ok(out)
 }
+
+/// Reads a watched or listed object as the Rust type `K`, one object at a time (so one
+/// that does not fit is skipped, never failing a whole list); the error names the field
+/// that does not fit, e.g. `spec.maxGpus: invalid value: integer `4294967296`, expected
+/// u32`.
+pub fn read_dynamic<K: serde::de::DeserializeOwned>(
+    object: &kube::api::DynamicObject,
+) -> Result<K, String> {
+    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path.is_empty() || path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })
+}

@@ -15,9 +15,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, ResourceQuota};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::json;
 
@@ -49,14 +50,45 @@ pub struct QuotaKeeper {
     excluded: HashSet<String>,
     /// GPU resource names the nodes serve that a prefix covers, and when they were read.
     served: Option<(Instant, Vec<String>)>,
+    /// Events on attestations: unreadable ones, lapsed approvals.
+    recorder: Recorder,
+    /// Unreadable attestations already reported, by key and resourceVersion.
+    reported: HashSet<(String, String)>,
 }
 
 impl QuotaKeeper {
-    pub fn new(enabled: bool, excluded: impl IntoIterator<Item = String>) -> Self {
+    pub fn new(
+        client: &Client,
+        instance: &str,
+        enabled: bool,
+        excluded: impl IntoIterator<Item = String>,
+    ) -> Self {
         Self {
             enabled,
             excluded: excluded.into_iter().collect(),
             served: None,
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "gpu-reaper".into(),
+                    instance: Some(instance.to_string()),
+                },
+            ),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// A Warning Event on an attestation (best effort: logged when it fails).
+    async fn event(&self, reference: &ObjectReference, reason: &str, note: String) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(error = %e, reason, "could not record an Event on an attestation");
         }
     }
 
@@ -75,13 +107,30 @@ impl QuotaKeeper {
             return kept;
         }
         let attestations = match list_attestations(client).await {
-            Ok(a) => a,
+            Ok((a, unreadable)) => {
+                for (reference, version, error) in unreadable {
+                    let key = (
+                        format!("{:?}/{:?}", reference.namespace, reference.name),
+                        version,
+                    );
+                    if self.reported.insert(key) {
+                        let note = format!(
+                            "gpu-reaper cannot read this ReadinessAttestation, so it covers nothing and counts toward no GPU quota: {error}; fix the field or re-create it"
+                        );
+                        self.event(&reference, "Unreadable", note).await;
+                    }
+                }
+                a
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not list ReadinessAttestations: GPU quotas left as they are");
                 return kept;
             }
         };
-        kept.conditions = mark_lapsed(client, &attestations, now).await;
+        for (reference, note) in mark_lapsed(client, &attestations, now).await {
+            kept.conditions += 1;
+            self.event(&reference, "ApprovalLapsed", note).await;
+        }
         let existing = match list_quotas(client).await {
             Ok(q) => q,
             Err(e) => {
@@ -256,42 +305,56 @@ async fn list_quotas(client: &Client) -> kube::Result<HashMap<String, Existing>>
 /// Every readable attestation, by namespace. Each is read on its own: one that does not
 /// fit the types (written before the CRD had maxima) is skipped and logged, and counts
 /// toward no quota.
+#[allow(clippy::type_complexity)]
 async fn list_attestations(
     client: &Client,
-) -> kube::Result<HashMap<String, Vec<ReadinessAttestation>>> {
+) -> kube::Result<(
+    HashMap<String, Vec<ReadinessAttestation>>,
+    Vec<(ObjectReference, String, String)>,
+)> {
     let resource = ApiResource::erase::<ReadinessAttestation>(&());
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let mut by_namespace: HashMap<String, Vec<ReadinessAttestation>> = HashMap::new();
+    let mut unreadable = Vec::new();
     for object in list_all_matching(&api, "").await? {
         let key = format!(
             "{}/{}",
             object.metadata.namespace.as_deref().unwrap_or_default(),
             object.metadata.name.as_deref().unwrap_or_default()
         );
-        let read =
-            serde_json::to_value(&object).and_then(serde_json::from_value::<ReadinessAttestation>);
+        let read = crate::api::read_dynamic::<ReadinessAttestation>(&object);
         match read {
             Ok(a) => by_namespace
                 .entry(a.metadata.namespace.clone().unwrap_or_default())
                 .or_default()
                 .push(a),
             Err(e) => {
-                tracing::warn!(attestation = %key, error = %e, "unreadable ReadinessAttestation skipped: it counts toward no quota")
+                tracing::warn!(attestation = %key, error = %e, "unreadable ReadinessAttestation skipped: it counts toward no quota");
+                let reference = ObjectReference {
+                    api_version: Some(format!("{}/{}", crate::api::GROUP, crate::api::VERSION)),
+                    kind: Some("ReadinessAttestation".into()),
+                    name: object.metadata.name.clone(),
+                    namespace: object.metadata.namespace.clone(),
+                    uid: object.metadata.uid.clone(),
+                    ..ObjectReference::default()
+                };
+                let version = object.metadata.resource_version.clone().unwrap_or_default();
+                unreadable.push((reference, version, e.to_string()));
             }
         }
     }
-    Ok(by_namespace)
+    Ok((by_namespace, unreadable))
 }
 
 /// Sets `Approved` to False on approved attestations whose approval no longer counts;
-/// returns how many were written. The write carries the resourceVersion read, so an
+/// returns each one written, with the condition's message. The write carries the resourceVersion read, so an
 /// approval written meanwhile is not overwritten (the next cycle looks again).
 async fn mark_lapsed(
     client: &Client,
     attestations: &HashMap<String, Vec<ReadinessAttestation>>,
     now: Timestamp,
-) -> usize {
-    let mut written = 0;
+) -> Vec<(ObjectReference, String)> {
+    let mut written = Vec::new();
     for a in attestations.values().flatten() {
         let Some(lapsed) = quota::approval_condition(a, now) else {
             continue;
@@ -316,7 +379,7 @@ async fn mark_lapsed(
             .await
         {
             Ok(_) => {
-                written += 1;
+                written.push((a.object_ref(&()), lapsed.message.clone()));
                 tracing::info!(attestation = %format!("{namespace}/{name}"), reason = %lapsed.reason, "approval no longer counts: Approved set to False");
             }
             Err(e) => {

@@ -1392,6 +1392,8 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             histories: HashMap::new(),
             last_evaluation: None,
             quotas: super::quota::QuotaKeeper::new(
+                &client,
+                &identity,
                 args.gpu_quota,
                 args.quota_excluded_namespaces
                     .iter()

@@ -130,6 +130,16 @@ pub fn builtins() -> Vec<ResourceType> {
         builtin("", "v1", "nodes", "Node", false, &["no"], true, false),
         builtin("", "v1", "events", "Event", true, &["ev"], false, false),
         builtin("", "v1", "services", "Service", true, &["svc"], true, false),
+        builtin(
+            "",
+            "v1",
+            "resourcequotas",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            true,
+            false,
+        ),
         builtin("", "v1", "secrets", "Secret", true, &[], false, false),
         builtin(
             "",
