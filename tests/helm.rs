@@ -646,6 +646,16 @@ fn bad_values_are_refused_with_the_field_and_the_fix() {
             json!({"prometheus": {"url": "http://p:9090"}, "webhook": {"failurePolicy": "Sometimes"}}),
             "/webhook/failurePolicy",
         ),
+        // A key no template reads (docs once showed a top-level extraArgs) is refused,
+        // not silently ignored; so is a misspelt one.
+        (
+            json!({"prometheus": {"url": "http://p:9090"}, "extraArgs": ["--interval=30s"]}),
+            "extraArgs",
+        ),
+        (
+            json!({"prometheus": {"url": "http://p:9090"}, "controller": {"intervall": "30s"}}),
+            "intervall",
+        ),
     ];
     for (i, (values, expected)) in cases.iter().enumerate() {
         let run = helm_release(
