@@ -24,6 +24,10 @@ pub const RECLAIMED: &str = "gpureaper.io/reclaimed";
 /// as `gpu-reaper wake` does; the controller removes it when done.
 pub const WAKE: &str = "gpureaper.io/wake";
 
+/// Annotation (controller): when `wake` restored the workload; its startup grace counts
+/// from here.
+pub const WOKEN_AT: &str = "gpureaper.io/woken-at";
+
 /// Annotation (controller): JSON delivery state of the Slack and email warnings of the
 /// current idle period, `{"for": <warned-at>, "slack": {...}, "email": {...}}` with
 /// `state` (`sent`, `failed`, `unrouted`), `attempts`, `next` (retry time), `to` (who),

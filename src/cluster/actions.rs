@@ -33,9 +33,7 @@ use super::inventory::{ObjectInfo, PodInfo, group_of};
 use crate::api::keys;
 use crate::api::policy::ActionType;
 
-/// `gpureaper.io/woken-at`: when `wake` restored the workload; its startup grace counts
-/// from here.
-pub const WOKEN_AT: &str = "gpureaper.io/woken-at";
+pub use crate::api::keys::WOKEN_AT;
 
 /// What `gpureaper.io/restore` holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]

@@ -169,7 +169,7 @@ pub fn fields(
     let idle_since = d.verdict.idle_since.unwrap_or(now);
     let idle_seconds = now.as_second() - idle_since.as_second();
     let idle_hours = idle_seconds.max(0) as f64 / 3600.0;
-    let action = format!("{:?}", policy.spec.action.type_);
+    let action = format!("{:?}", super::plan::effective_action(policy, root));
     let audit = policy.spec.mode == PolicyMode::Audit;
     let snooze_until = now + SignedDuration::from_hours(4);
     let url = url_template

@@ -8,7 +8,6 @@ use jiff::{SignedDuration, Timestamp};
 use crate::api::policy::ActionType;
 use crate::api::policy::{self, NamespaceSpend, PolicyMode};
 use crate::api::{GpuPolicy, keys};
-use crate::cluster::actions::WOKEN_AT;
 use crate::cluster::inventory::{ObjectKey, Workload, group_of};
 use crate::engine::inference::Softer;
 use crate::engine::model::{Decision, GpuObservation, LadderState, WorkloadMeta};
@@ -189,7 +188,7 @@ pub fn plan_with(
         }
         let woken = root
             .annotations
-            .get(WOKEN_AT)
+            .get(keys::WOKEN_AT)
             .and_then(|t| t.parse::<Timestamp>().ok());
         let mut labels = root.labels.clone();
         // An exempt namespace exempts its workloads.
@@ -270,6 +269,23 @@ pub fn plan_with(
 
 /// Hours since the last evaluation that count for accruals: at most `max_gap` (a
 /// controller that was down does not bill its downtime), none on the first evaluation.
+/// The action the controller takes on `root` when `policy`'s action is due: the
+/// policy's own, or what it becomes for the kind (a Job under ScaleToZero is suspended;
+/// see [`crate::engine::step::action_for`]). What warnings name.
+pub fn effective_action(
+    policy: &GpuPolicy,
+    root: &crate::cluster::inventory::ObjectInfo,
+) -> ActionType {
+    let action = policy.spec.action.type_;
+    crate::engine::step::action_for(
+        action,
+        Some(group_of(&root.api_version)),
+        &root.kind,
+        &root.labels,
+    )
+    .unwrap_or(action)
+}
+
 pub fn billable_hours(last: Option<Timestamp>, now: Timestamp, max_gap: SignedDuration) -> f64 {
     last.map_or(0.0, |last| {
         now.duration_since(last)
@@ -453,6 +469,38 @@ mod tests {
         let mut p = policy();
         p.spec.action.type_ = ActionType::Evict;
         p
+    }
+
+    #[test]
+    fn warnings_name_what_is_done_to_the_kind_not_the_policys_word() {
+        let root = |api_version: &str, kind: &str| crate::cluster::inventory::ObjectInfo {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: "ml".into(),
+            name: "w".into(),
+            owner: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            created_at: now(),
+            deleting: false,
+        };
+        let p = policy();
+        assert_eq!(
+            effective_action(&p, &root("batch/v1", "Job")),
+            ActionType::Suspend
+        );
+        assert_eq!(
+            effective_action(&p, &root("kubeflow.org/v1", "PyTorchJob")),
+            ActionType::Suspend
+        );
+        assert_eq!(
+            effective_action(&p, &root("apps/v1", "Deployment")),
+            ActionType::ScaleToZero
+        );
+        assert_eq!(
+            effective_action(&evicting(), &root("batch/v1", "Job")),
+            ActionType::Evict
+        );
     }
 
     #[test]

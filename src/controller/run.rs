@@ -673,7 +673,7 @@ impl Controller {
                     Softer::Keep { keep, why } => format!(
                         "scale it down to {keep} replica(s) instead of zero (request-driven inference: {why})"
                     ),
-                    _ => format!("{:?}", policy.spec.action.type_),
+                    _ => format!("{:?}", super::plan::effective_action(policy, root)),
                 };
                 let note = format!(
                     "{} GPU(s) idle since {idle_since} ({}, {:.2} USD/h). {} will {what} it from {} unless it is used again or snoozed: kubectl annotate {} {} -n {} {}=<RFC 3339 time>.",
