@@ -192,11 +192,11 @@ pub struct WakeArgs {
 pub struct GpuCountArgs {
     /// Extended resources counted as whole GPUs (repeat or comma-separate).
     #[arg(long = "gpu-resource", env = "GPU_REAPER_GPU_RESOURCES", value_delimiter = ',',
-          default_values_t = crate::admission::count::GpuResources::default().whole)]
+          default_values_t = crate::gpus::GpuResources::default().whole)]
     pub gpu_resources: Vec<String>,
     /// DRA device classes whose devices are GPUs (repeat or comma-separate).
     #[arg(long = "gpu-device-class", env = "GPU_REAPER_GPU_DEVICE_CLASSES", value_delimiter = ',',
-          default_values_t = crate::admission::count::GpuResources::default().device_classes)]
+          default_values_t = crate::gpus::GpuResources::default().device_classes)]
     pub gpu_device_classes: Vec<String>,
     /// MIG compute slices per physical GPU: `nvidia.com/mig-<N>g.*` counts N/this.
     #[arg(long, env = "GPU_REAPER_MIG_SLICES_PER_GPU", default_value_t = 7.0)]

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod controller;
 pub mod engine;
 pub mod error;
+pub mod gpus;
 pub mod http;
 pub mod logging;
 pub mod notify;

@@ -16,10 +16,10 @@ use std::sync::Mutex;
 
 use common::cluster::{Cluster, PATIENCE, cluster, wait_until};
 use futures::{StreamExt, TryStreamExt};
-use gpu_reaper::admission::count::GpuResources;
 use gpu_reaper::api::policy::ActionType;
 use gpu_reaper::cluster::actions::{self, Outcome, RestoreRecord, WorkerGroupRecord};
 use gpu_reaper::cluster::inventory::{ObjectInfo, PodInfo, pod_info};
+use gpu_reaper::gpus::GpuResources;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, WatchEvent, WatchParams};

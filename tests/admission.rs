@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use gpu_reaper::admission::count::{self, Counted, GpuResources};
 use gpu_reaper::admission::metrics::Metrics;
 use gpu_reaper::admission::server::{AppState, SnapshotCell, router};
 use gpu_reaper::admission::{Settings, Snapshot};
 use gpu_reaper::api::{GpuPolicy, ReadinessAttestation};
+use gpu_reaper::gpus::{self, Counted, GpuResources};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -672,7 +672,7 @@ async fn every_real_gpu_manifest_is_decided_by_its_counted_gpus() {
     let mut denied = 0;
     for (name, review) in &reviews {
         let object = &review["request"]["object"];
-        let counted = count::count(object, "default", &GpuResources::default(), &());
+        let counted = gpus::count(object, "default", &GpuResources::default(), &());
         let response = validate(&app, review).await;
         match counted {
             // Templates with `{name}` placeholders are not objects the API server would

@@ -624,11 +624,11 @@ async fn the_running_controller_watches_the_cluster_and_reacts_to_a_policy_chang
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_count_named_resource_claims()
  {
-    use gpu_reaper::admission::count::GpuResources;
     use gpu_reaper::api::policy::ActionType;
     use gpu_reaper::cluster::actions::{self, Outcome};
     use gpu_reaper::cluster::inventory::{ObjectKey, resolve};
     use gpu_reaper::controller::caches::Caches;
+    use gpu_reaper::gpus::GpuResources;
 
     let c = cluster();
     c.install_crds();

@@ -715,8 +715,8 @@ fn controller_workload(
     pod_names: &[String],
     now: Timestamp,
 ) -> Vec<gpu_reaper::cluster::inventory::Workload> {
-    use gpu_reaper::admission::count::GpuResources;
     use gpu_reaper::cluster::inventory::{ObjectInfo, pod_info, resolve};
+    use gpu_reaper::gpus::GpuResources;
     use serde_json::json;
     let m = c.meta;
     let mut annotations = serde_json::Map::new();

@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use gpu_reaper::admission::count::{self, Counted, GpuResources};
 use gpu_reaper::admission::decide::{Reason, Scalable, Verdict, admit};
 use gpu_reaper::admission::metrics::Metrics;
 use gpu_reaper::admission::review::AdmissionRequest;
 use gpu_reaper::admission::server::{AppState, SnapshotCell, probe_router, router};
 use gpu_reaper::admission::{Decision, Settings, Snapshot};
 use gpu_reaper::api::{GpuPolicy, ReadinessAttestation};
+use gpu_reaper::gpus::{self, Counted, GpuResources};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -405,7 +405,7 @@ fn pod_with(resource: &str, quantity: &str) -> Value {
 }
 
 fn gpus_of(object: &Value) -> f64 {
-    match count::count(object, NS, &GpuResources::default(), &()).unwrap() {
+    match gpus::count(object, NS, &GpuResources::default(), &()).unwrap() {
         Counted::Claim(c) => c.gpus,
         other => panic!("{other:?}"),
     }
@@ -451,14 +451,14 @@ fn the_chart_counts_the_same_gpu_resources_as_the_binary() {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(chart, count::DEFAULT_GPU_RESOURCES.to_vec());
+    assert_eq!(chart, gpus::DEFAULT_GPU_RESOURCES.to_vec());
     let classes: Vec<&str> = values["gpu"]["deviceClasses"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(classes, count::DEFAULT_GPU_DEVICE_CLASSES.to_vec());
+    assert_eq!(classes, gpus::DEFAULT_GPU_DEVICE_CLASSES.to_vec());
 }
 
 // --- inputs that failed open -----------------------------------------------------------
@@ -577,7 +577,7 @@ fn a_1_6_mb_pytorchjob_of_thousands_of_roles_is_counted_with_every_label_set_onc
         "spec": {"pytorchReplicaSpecs": roles}});
     let size = serde_json::to_vec(&job).unwrap().len();
     assert!(size > 1_500_000, "{size} bytes");
-    let Counted::Claim(c) = count::count(&job, NS, &GpuResources::default(), &()).unwrap() else {
+    let Counted::Claim(c) = gpus::count(&job, NS, &GpuResources::default(), &()).unwrap() else {
         panic!()
     };
     assert_eq!(c.gpus, 6000.0);

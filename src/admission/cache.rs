@@ -33,11 +33,11 @@ use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use super::count::{self, Counted, GpuResources};
 use super::decide::{Scalable, ScaleTarget, Settings, Snapshot};
 use super::metrics::{Metrics, ResourceLabels};
 use super::server::SnapshotCell;
 use crate::api::{GpuPolicy, ReadinessAttestation};
+use crate::gpus::{self, Counted, GpuResources};
 
 /// (namespace, name); the namespace is empty for cluster-scoped objects.
 pub type Key = (String, String);
@@ -177,7 +177,7 @@ pub struct PodEntry {
 /// A pod's entry; `None` for pods that claim no GPUs in any way.
 pub fn read_pod(object: &Value, resources: &GpuResources) -> Result<Option<PodEntry>, String> {
     let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-    let gpus = count::pod_object_gpus(object, namespace, resources).map_err(|e| e.to_string())?;
+    let gpus = gpus::pod_object_gpus(object, namespace, resources).map_err(|e| e.to_string())?;
     let has_claims = object["spec"]["resourceClaims"]
         .as_array()
         .is_some_and(|c| !c.is_empty());
@@ -222,7 +222,7 @@ pub fn read_claim(object: &Value, resources: &GpuResources) -> Result<Option<Cla
     if let Some(meta) = bare["metadata"].as_object_mut() {
         meta.remove("ownerReferences");
     }
-    match count::count(&bare, namespace, resources, &()) {
+    match gpus::count(&bare, namespace, resources, &()) {
         Ok(Counted::Claim(c)) => Ok(Some(ClaimEntry {
             gpus: c.gpus,
             labels: Arc::new(crate::api::selector::string_map(
@@ -251,7 +251,7 @@ pub fn read_scalable(
     if let Some(meta) = one["metadata"].as_object_mut() {
         meta.remove("ownerReferences");
     }
-    match count::count(&one, namespace, resources, &()) {
+    match gpus::count(&one, namespace, resources, &()) {
         Ok(Counted::Claim(c)) => Ok(Some(Scalable {
             per_replica: c.gpus,
             label_sets: if c.gpus > 0.0 {
@@ -587,7 +587,7 @@ pub async fn run(
             |f| f.templates.as_mut(),
             Box::new(move |o| {
                 let t: ResourceClaimTemplate = read_typed(o)?;
-                Ok(count::claim_template_gpus(std::iter::once(&t), &resources)
+                Ok(gpus::claim_template_gpus(std::iter::once(&t), &resources)
                     .into_values()
                     .next())
             }),

@@ -11,13 +11,13 @@ use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::count::{self, Counted};
 use super::decide::{Decision, Settings, Snapshot, Verdict, admit};
 use super::message::gpu_count;
 use super::review::{AdmissionRequest, GroupVersionKind, Operation, UserInfo};
 use crate::api::validate::parse_resource;
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::cli::{CheckArgs, CheckOutput};
+use crate::gpus::{self, Counted};
 use crate::{Error, Result};
 
 /// One YAML/JSON document and where it came from.
@@ -239,7 +239,7 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
         if kind_of(v) == "ResourceClaim" {
             let ns = namespace_of(v, &args.namespace);
             if let (Ok(Counted::Claim(c)), Some(name)) = (
-                count::count(v, &ns, &settings.resources, &()),
+                gpus::count(v, &ns, &settings.resources, &()),
                 v["metadata"]["name"].as_str(),
             ) {
                 claims.insert((ns, name.to_string()), c.gpus);
@@ -248,7 +248,7 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
         if kind_of(v) == "ResourceClaimTemplate" {
             let ns = namespace_of(v, &args.namespace);
             if let (Ok(Counted::Claim(c)), Some(name)) = (
-                count::count(v, &ns, &settings.resources, &()),
+                gpus::count(v, &ns, &settings.resources, &()),
                 v["metadata"]["name"].as_str(),
             ) {
                 templates.insert((ns, name.to_string()), c.gpus);
@@ -298,7 +298,7 @@ pub fn evaluate(args: &CheckArgs, settings: &Settings, now: Timestamp) -> Result
         // (G1), under its pods' labels (the last label set: its pod template's).
         if d.allowed()
             && let Some(gpus) = d.gpus.filter(|g| *g > 0.0)
-            && let Ok(Counted::Claim(claim)) = count::count(v, &namespace, &settings.resources, &())
+            && let Ok(Counted::Claim(claim)) = gpus::count(v, &namespace, &settings.resources, &())
         {
             let labels = claim.label_sets.last().cloned().unwrap_or_default();
             snapshot.add_held(&namespace, labels, gpus - claim.named_claim_gpus);

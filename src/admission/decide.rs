@@ -27,12 +27,12 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::count::{self, Claim, ClaimTemplates, Counted, GpuResources};
 use super::message;
 use super::review::{AdmissionRequest, Operation};
 use crate::api::attestation::APPROVED;
 use crate::api::policy::{AdmissionMode, AdmissionSpec};
 use crate::api::{GpuPolicy, ReadinessAttestation, selector};
+use crate::gpus::{self, Claim, ClaimTemplates, Counted, GpuResources};
 
 /// Something a namespace holds GPUs with now: a pod that has not finished, or a
 /// ResourceClaim that no pod owns.
@@ -402,7 +402,7 @@ pub fn admit(
         return Decision::allow(Reason::NotAClaim);
     };
     let facts = Facts(snapshot);
-    let counted = count::count(object, &request.namespace, &settings.resources, &facts);
+    let counted = gpus::count(object, &request.namespace, &settings.resources, &facts);
     if let Ok(Counted::NotGoverned) = counted {
         return Decision::allow(Reason::NotAClaim);
     }
@@ -417,7 +417,7 @@ pub fn admit(
         {
             return Decision::allow(Reason::OwnedByController);
         }
-        Ok(Counted::OwnedBy { .. }) => count::count(
+        Ok(Counted::OwnedBy { .. }) => gpus::count(
             &without_owners(object),
             &request.namespace,
             &settings.resources,
@@ -448,14 +448,14 @@ pub fn admit(
     let before = match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => {
             let old = if matches!(
-                count::count(old, &request.namespace, &settings.resources, &facts),
+                gpus::count(old, &request.namespace, &settings.resources, &facts),
                 Ok(Counted::OwnedBy { .. })
             ) {
                 without_owners(old)
             } else {
                 old.clone()
             };
-            match count::count(&old, &request.namespace, &settings.resources, &facts) {
+            match gpus::count(&old, &request.namespace, &settings.resources, &facts) {
                 Ok(Counted::Claim(before)) => Some(before),
                 _ => None,
             }
@@ -506,7 +506,7 @@ fn admit_scale(request: &AdmissionRequest, snapshot: &Snapshot, now: Timestamp) 
         return Decision::allow(Reason::NoPolicy);
     };
     let Some(new) = replicas(request.object.as_ref()) else {
-        let e = count::CountError {
+        let e = gpus::CountError {
             path: "spec.replicas".into(),
             problem: "expected a non-negative integer in the Scale object".into(),
         };

@@ -3,8 +3,8 @@
 
 use jiff::Timestamp;
 
-use super::count::CountError;
 use super::decide::{Check, Reason};
+use crate::gpus::CountError;
 
 /// Where the budget-gate documentation lives, named in every denial.
 pub const DOCS: &str = "docs/budget-gate.md";

@@ -12,7 +12,8 @@ pub mod approve;
 pub mod attestation;
 pub mod cache;
 pub mod check;
-pub mod count;
+/// Counting moved to [`crate::gpus`]; the old path stays for code written against it.
+pub use crate::gpus as count;
 pub mod decide;
 pub mod message;
 pub mod metrics;

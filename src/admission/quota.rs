@@ -15,13 +15,13 @@ use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 
-use super::count::GpuResources;
-use super::count::quantity_units;
 use super::decide::{Check, check_attestation, standing};
 use crate::api::attestation::APPROVED;
 use crate::api::conditions::condition;
 use crate::api::policy::AdmissionSpec;
 use crate::api::{GpuPolicy, ReadinessAttestation};
+use crate::gpus::GpuResources;
+use crate::gpus::quantity_units;
 
 /// Name of the ResourceQuota the controller keeps in each governed namespace.
 pub const QUOTA_NAME: &str = "gpu-reaper-gpus";

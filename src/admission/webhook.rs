@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use super::count::GpuResources;
 use super::decide::Settings;
 use super::metrics::Metrics;
 use super::server::{self, AppState, CertReloader, SnapshotCell};
 use crate::cli::{GpuCountArgs, WebhookArgs};
+use crate::gpus::GpuResources;
 use crate::report::backtest::parse_duration;
 use crate::{Error, Result};
 

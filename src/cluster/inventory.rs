@@ -8,7 +8,7 @@
 //! yet), the last known object in the chain is the root and the unknown owner is kept in
 //! `unwatched_owner` so it can be reported instead of acted on blindly.
 //!
-//! GPUs are counted by the budget gate's rules (`admission::count`): extended resources,
+//! GPUs are counted by the budget gate's rules (`crate::gpus`): extended resources,
 //! DRA claims made from claim templates, and ResourceClaims a pod names directly
 //! (`resourceClaimName`). A named claim can be shared by several pods: a workload counts
 //! each claim once.
@@ -19,8 +19,8 @@ use jiff::Timestamp;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
-use crate::admission::count::{self, Counted, GpuResources};
 use crate::engine::model::{PodPhase, PodState};
+use crate::gpus::{self, Counted, GpuResources};
 
 /// A controller owner reference.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -184,7 +184,7 @@ pub fn claim_gpus<'a>(
             "metadata": {"name": name, "namespace": ns},
             "spec": claim.spec,
         });
-        if let Ok(Counted::Claim(c)) = count::count(&value, ns, resources, &()) {
+        if let Ok(Counted::Claim(c)) = gpus::count(&value, ns, resources, &()) {
             out.insert((ns.clone(), name.clone()), c.gpus);
         }
     }
@@ -221,7 +221,7 @@ pub fn pod_info(
 pub fn pod_info_with(
     pod: &serde_json::Value,
     resources: &GpuResources,
-    templates: &dyn count::ClaimTemplates,
+    templates: &dyn gpus::ClaimTemplates,
     now: Timestamp,
 ) -> Option<PodInfo> {
     pod_info_with_claims(pod, resources, templates, &ClaimGpus::new(), now)
@@ -232,7 +232,7 @@ pub fn pod_info_with(
 pub fn pod_info_with_claims(
     pod: &serde_json::Value,
     resources: &GpuResources,
-    templates: &dyn count::ClaimTemplates,
+    templates: &dyn gpus::ClaimTemplates,
     claims: &ClaimGpus,
     now: Timestamp,
 ) -> Option<PodInfo> {
@@ -254,12 +254,12 @@ pub fn pod_info_from_parts(
     spec: &serde_json::Value,
     status: &serde_json::Value,
     resources: &GpuResources,
-    templates: &dyn count::ClaimTemplates,
+    templates: &dyn gpus::ClaimTemplates,
     claims: &ClaimGpus,
     now: Timestamp,
 ) -> Option<PodInfo> {
     let (mut gpus, _) =
-        count::pod_spec_gpus(spec, "spec", &meta.namespace, resources, templates).ok()?;
+        gpus::pod_spec_gpus(spec, "spec", &meta.namespace, resources, templates).ok()?;
     let mut named_claims: Vec<(String, f64)> = Vec::new();
     for name in named_claim_names(spec) {
         let Some(g) = claims

@@ -11,7 +11,7 @@ use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::{Api, Client};
 
 use super::inventory::{self, ObjectInfo, ObjectKey, PodInfo};
-use crate::admission::count::GpuResources;
+use crate::gpus::GpuResources;
 use crate::{Error, Result};
 
 /// Lists every object of `api` in pages of 500.
@@ -70,7 +70,7 @@ pub async fn gpu_pods_and_owners(
     owner_resources: &[ApiResource],
     now: Timestamp,
 ) -> Result<(Vec<PodInfo>, HashMap<ObjectKey, ObjectInfo>)> {
-    let templates = crate::admission::count::claim_template_gpus(
+    let templates = crate::gpus::claim_template_gpus(
         list_all(&Api::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>::all(c.clone()))
             .await
             .unwrap_or_default()

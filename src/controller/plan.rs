@@ -445,9 +445,9 @@ pub fn accrue_spend(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::count::GpuResources;
     use crate::cluster::inventory::{pod_info, resolve};
     use crate::engine::model::Step;
+    use crate::gpus::GpuResources;
     use serde_json::json;
 
     fn now() -> Timestamp {

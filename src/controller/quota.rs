@@ -22,12 +22,12 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::json;
 
-use crate::admission::count::GpuResources;
 use crate::admission::decide::{admission_policy, month_of};
 use crate::admission::quota::{self, POLICY_LABEL, QUOTA_NAME};
 use crate::api::policy::AdmissionMode;
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::cluster::snapshot::list_all_matching;
+use crate::gpus::GpuResources;
 
 /// How often the GPU resource names nodes serve (MIG profiles, Intel's) are re-read.
 const SERVED_REFRESH: Duration = Duration::from_secs(600);

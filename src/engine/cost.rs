@@ -23,7 +23,7 @@ pub fn mig_share(profile: &str) -> f64 {
 /// (at most one GPU), N read from the first `<N>g` segment, so `3g.40gb` and the compute
 /// instance `1c.3g.20gb` count 3 and `1g.10gb+me` counts 1.
 ///
-/// The one rule for the budget gate (`admission::count`) and for pricing idle time: a
+/// The one rule for the budget gate (`crate::gpus`) and for pricing idle time: a
 /// profile with no readable `<N>g` (or N = 0), or a `slices_per_gpu` that is not a
 /// positive number, counts as a **whole GPU**. A slice is never more than its GPU, so the
 /// whole GPU is the bound that never under-counts a claim at the gate nor under-prices
@@ -74,7 +74,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_mig_profile_is_a_whole_gpu_for_prices_and_for_the_budget_gate_alike() {
-        use crate::admission::count::{self, Counted, GpuResources};
+        use crate::gpus::{Counted, GpuResources};
         // A compute instance of a 3g slice reads as 3 slices here as at the gate.
         assert!((mig_share("1c.3g.20gb") - 3.0 / 7.0).abs() < 1e-12);
         assert!((mig_share("1g.10gb+me") - 1.0 / 7.0).abs() < 1e-12);
@@ -82,7 +82,8 @@ mod tests {
             let priced = mig_share(profile);
             let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                 "spec": {"containers": [{"name": "c", "resources": {"limits": {format!("nvidia.com/mig-{profile}"): 1}}}]}});
-            let Ok(Counted::Claim(claim)) = count::count(&pod, "ml", &GpuResources::default(), &())
+            let Ok(Counted::Claim(claim)) =
+                crate::gpus::count(&pod, "ml", &GpuResources::default(), &())
             else {
                 panic!("{profile}: not counted")
             };

@@ -212,7 +212,7 @@ async fn cluster_workloads(kubeconfig: &std::path::Path) -> Result<Vec<Workload>
             .await;
     let (pods, owners) = crate::cluster::snapshot::gpu_pods_and_owners(
         &client,
-        &crate::admission::count::GpuResources::default(),
+        &crate::gpus::GpuResources::default(),
         &owner_kinds,
         jiff::Timestamp::now(),
     )
@@ -578,8 +578,8 @@ fn source_url(args: &crate::cli::PrometheusArgs) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::count::GpuResources;
     use crate::cluster::inventory::{ObjectInfo, pod_info, resolve};
+    use crate::gpus::GpuResources;
     use serde_json::json;
 
     /// Three hours, idle with memory held: `research/nb-alice-0` (kube-state-metrics says
