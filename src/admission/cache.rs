@@ -20,7 +20,7 @@
 //! so the API server applies the webhook's `failurePolicy`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{StreamExt, stream::BoxStream};
@@ -35,9 +35,36 @@ use serde_json::Value;
 
 use super::decide::{Scalable, ScaleTarget, Settings, Snapshot};
 use super::metrics::{Metrics, ResourceLabels};
-use super::server::SnapshotCell;
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::gpus::{self, Counted, GpuResources};
+
+/// The latest snapshot of the caches; `None` until they have synced.
+#[derive(Default)]
+pub struct SnapshotCell(RwLock<Option<Arc<Snapshot>>>);
+
+impl SnapshotCell {
+    /// A cell that is ready from the start (offline use, benchmarks).
+    pub fn ready(snapshot: Snapshot) -> Self {
+        Self(RwLock::new(Some(Arc::new(snapshot))))
+    }
+
+    /// The current snapshot, if synced.
+    pub fn get(&self) -> Option<Arc<Snapshot>> {
+        self.0
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Publishes a new snapshot.
+    pub fn set(&self, snapshot: Snapshot) {
+        let snapshot = Some(Arc::new(snapshot));
+        match self.0.write() {
+            Ok(mut s) => *s = snapshot,
+            Err(p) => *p.into_inner() = snapshot,
+        }
+    }
+}
 
 /// (namespace, name); the namespace is empty for cluster-scoped objects.
 pub type Key = (String, String);

@@ -23,37 +23,11 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 
-use super::decide::{Settings, Snapshot, Verdict, admit};
+use super::decide::{Settings, Verdict, admit};
 use super::metrics::{Metrics, ResultLabels};
 use super::review::{self, AdmissionResponse, ResponseStatus};
 
-/// The latest snapshot of the caches; `None` until they have synced.
-#[derive(Default)]
-pub struct SnapshotCell(RwLock<Option<Arc<Snapshot>>>);
-
-impl SnapshotCell {
-    /// A cell that is ready from the start (offline use, benchmarks).
-    pub fn ready(snapshot: Snapshot) -> Self {
-        Self(RwLock::new(Some(Arc::new(snapshot))))
-    }
-
-    /// The current snapshot, if synced.
-    pub fn get(&self) -> Option<Arc<Snapshot>> {
-        self.0
-            .read()
-            .map(|s| s.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
-    }
-
-    /// Publishes a new snapshot.
-    pub fn set(&self, snapshot: Snapshot) {
-        let snapshot = Some(Arc::new(snapshot));
-        match self.0.write() {
-            Ok(mut s) => *s = snapshot,
-            Err(p) => *p.into_inner() = snapshot,
-        }
-    }
-}
+pub use super::cache::SnapshotCell;
 
 /// What the handlers share.
 #[derive(Clone)]
