@@ -11,7 +11,7 @@ use jiff::Timestamp;
 
 use serde_json::{Value, json};
 
-use super::decide::{Decision, Reason, Verdict};
+use super::model::{Decision, Reason, Verdict};
 use super::review::{AdmissionRequest, Operation};
 use crate::api::ReadinessAttestation;
 use crate::api::attestation::APPROVED;

@@ -3,7 +3,7 @@
 
 use jiff::Timestamp;
 
-use super::decide::{Check, Reason};
+use super::model::{Check, Reason};
 use crate::gpus::CountError;
 
 /// Where the budget-gate documentation lives, named in every denial.

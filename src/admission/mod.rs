@@ -17,6 +17,7 @@ pub use crate::gpus as count;
 pub mod decide;
 pub mod message;
 pub mod metrics;
+pub mod model;
 pub mod quota;
 pub mod review;
 pub mod server;
