@@ -6,6 +6,7 @@ pub mod api;
 pub mod backtest;
 pub mod cli;
 pub mod cluster;
+pub mod commands;
 pub mod controller;
 pub mod engine;
 pub mod error;

@@ -17,7 +17,7 @@ use crate::api::attestation::APPROVED;
 use crate::api::conditions::{condition, set_condition};
 use crate::api::{ReadinessAttestation, ReadinessAttestationStatus};
 use crate::cli::{AttestAction, AttestArgs, AttestTarget};
-use crate::report::backtest::block_on;
+use crate::commands::block_on;
 use crate::{Error, Result};
 
 /// The status after approving (or revoking) `generation` as `approver`.

@@ -9,8 +9,8 @@ use super::decide::Settings;
 use super::metrics::Metrics;
 use super::server::{self, AppState, CertReloader, SnapshotCell};
 use crate::cli::{GpuCountArgs, WebhookArgs};
+use crate::commands::parse_duration;
 use crate::gpus::GpuResources;
-use crate::report::backtest::parse_duration;
 use crate::{Error, Result};
 
 /// The counting settings the flags describe.
@@ -65,7 +65,7 @@ pub fn run(args: &WebhookArgs) -> Result<()> {
     let certs =
         Arc::new(CertReloader::load(&args.tls_cert, &args.tls_key).map_err(Error::Webhook)?);
     let tls = server::tls_config(certs.clone()).map_err(Error::Webhook)?;
-    let runtime = crate::report::backtest::multi_thread_runtime()?;
+    let runtime = crate::commands::multi_thread_runtime()?;
     runtime.block_on(async move {
         let client = kube::Client::try_default().await.map_err(|source| Error::Kube {
             action: "connecting to the Kubernetes API (in-cluster config or KUBECONFIG)".into(),

@@ -5,7 +5,7 @@ use kube::Client;
 use super::actions::{self, Outcome, api_for};
 use super::inventory::ObjectInfo;
 use crate::cli::WakeArgs;
-use crate::report::backtest::block_on;
+use crate::commands::block_on;
 use crate::{Error, Result};
 
 /// The API version of a built-in kind gpu-reaper acts on.

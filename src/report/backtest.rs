@@ -13,8 +13,8 @@ use crate::api::validate::parse_resource;
 use crate::backtest::{self, BacktestOptions};
 use crate::cli::{BacktestArgs, OutputFormat, PrometheusArgs};
 use crate::error::{Error, Result};
-use crate::telemetry::prometheus::{PrometheusConfig, PrometheusSource};
-use crate::telemetry::trace::{ReadOptions, Trace, WorkloadLabels, read_trace};
+use crate::telemetry::prometheus::PrometheusSource;
+use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
 
 /// The bundled sample policy (config/samples/policy.yaml).
 pub const SAMPLE_POLICY: &str = include_str!("../../config/samples/policy.yaml");
@@ -218,93 +218,9 @@ pub fn fetch_trace(
     Ok(block_on(source.fetch_trace(from, to, options))??)
 }
 
-/// The multi-threaded runtime of the long-running commands (webhook, controller).
-pub fn multi_thread_runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: "tokio runtime".into(),
-            source,
-        })
-}
-
-/// Runs a future to completion (the CLI has no other async work).
-pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: "tokio runtime".into(),
-            source,
-        })?;
-    Ok(runtime.block_on(future))
-}
-
-/// The DCGM workload label override from the flags.
-pub fn workload_labels(args: &PrometheusArgs) -> WorkloadLabels {
-    WorkloadLabels {
-        pod: args.dcgm_pod_label.clone(),
-        namespace: args.dcgm_namespace_label.clone(),
-    }
-}
-
-/// Typed Prometheus settings from the flags.
-pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
-    let url = args
-        .prometheus_url
-        .clone()
-        .ok_or_else(|| Error::InvalidArgument {
-            flag: "prometheus-url",
-            message: "is required, e.g. http://prometheus.monitoring:9090".into(),
-        })?;
-    let positive = |flag: &'static str, text: &str| -> Result<std::time::Duration> {
-        let d = parse_duration(flag, text)?;
-        if d.as_millis() <= 0 {
-            return Err(Error::InvalidArgument {
-                flag,
-                message: format!("{text:?} must be longer than 0s"),
-            });
-        }
-        Ok(d.unsigned_abs())
-    };
-    Ok(PrometheusConfig {
-        url,
-        bearer_token_file: args.prometheus_bearer_token_file.clone(),
-        basic_auth: args
-            .prometheus_basic_auth_user
-            .clone()
-            .zip(args.prometheus_basic_auth_password_file.clone()),
-        ca_file: args.prometheus_ca_file.clone(),
-        client_identity: args
-            .prometheus_client_cert_file
-            .clone()
-            .zip(args.prometheus_client_key_file.clone()),
-        insecure_skip_tls_verify: args.prometheus_insecure_skip_tls_verify,
-        timeout: positive("prometheus-timeout", &args.prometheus_timeout)?,
-        retries: args.prometheus_retries,
-        max_response_bytes: args.prometheus_max_response_bytes,
-        chunk: positive("prometheus-chunk", &args.prometheus_chunk)?,
-    })
-}
-
-pub(crate) fn parse_duration(flag: &'static str, text: &str) -> Result<SignedDuration> {
-    let d: kube::core::Duration = text.parse().map_err(|e| Error::InvalidArgument {
-        flag,
-        message: format!("{text:?} is not a duration ({e}); write e.g. 1m, 90s, 2h"),
-    })?;
-    if d.is_negative() {
-        return Err(Error::InvalidArgument {
-            flag,
-            message: format!("{text:?} must not be negative"),
-        });
-    }
-    let std: std::time::Duration = d.into();
-    SignedDuration::try_from(std).map_err(|e| Error::InvalidArgument {
-        flag,
-        message: e.to_string(),
-    })
-}
+pub use crate::commands::{
+    block_on, multi_thread_runtime, parse_duration, prometheus_config, workload_labels,
+};
 
 /// The policy from `path`, or the bundled sample.
 pub fn load_policy(path: Option<&Path>) -> Result<GpuPolicy> {
