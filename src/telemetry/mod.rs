@@ -3,6 +3,7 @@
 //! form. The live Prometheus source joins this room.
 
 pub mod dmon;
+pub mod live;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod promql;
