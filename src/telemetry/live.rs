@@ -49,9 +49,12 @@ pub const READ_LAG_SECONDS: i64 = 15;
 
 /// How far back a policy's observations need samples: the longer of its warning and
 /// action delays, plus the idle window, plus ten minutes (as the per-policy queries
-/// looked back).
+/// looked back) — and one more idle window before that, so that the coverage of the
+/// first window is known. Without it, a rebuilt state would be blind for most of its
+/// first window, the idle clock would restart after that blind spot, and a workload
+/// warned before the restart would look like a new idle period and be warned again.
 pub fn horizon_seconds(rules: &Rules) -> i64 {
-    (rules.action_after.max(rules.warn_after) + rules.window).as_secs() + 600
+    (rules.action_after.max(rules.warn_after) + rules.window * 2).as_secs() + 600
 }
 
 /// What an [`ActivityTracker`] depends on in a policy: policies that agree on these share

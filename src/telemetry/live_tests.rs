@@ -68,20 +68,26 @@ impl Recording {
 /// T0+70m; `nb-2` busy 10 minutes of every hour; `nb-3` idle but for a burst from T0+95m
 /// to T0+98m, inside the controller's outage.
 fn history() -> Recording {
+    record(4, Some(1), |pod, m| match pod {
+        0 => m < 20,
+        1 => m < 30,
+        2 => m.rem_euclid(60) < 10,
+        _ => (95..98).contains(&m),
+    })
+}
+
+/// `pods` one-GPU pods `nb-<i>`, busy at minute `m` after T0 when `busy(i, m)`; the
+/// exporter of `nb-<gap>` is silent from T0+40m to T0+70m.
+fn record(pods: usize, gap: Option<usize>, busy: impl Fn(usize, i64) -> bool) -> Recording {
     let mut s = String::new();
     for family in ["DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED"] {
         let _ = writeln!(s, "# TYPE {family} gauge");
-        for pod in 0..4 {
+        for pod in 0..pods {
             let mut t = T0 - 120 * MIN;
             while t <= T0 + 180 * MIN {
                 let m = (t - T0).div_euclid(MIN);
-                let busy = match pod {
-                    0 => m < 20,
-                    1 => m < 30,
-                    2 => m.rem_euclid(60) < 10,
-                    _ => (95..98).contains(&m),
-                };
-                let silent = pod == 1 && (40..70).contains(&m);
+                let busy = busy(pod, m);
+                let silent = gap == Some(pod) && (40..70).contains(&m);
                 let value = if family.ends_with("FB_USED") {
                     30_000.0
                 } else if busy {
@@ -104,9 +110,13 @@ fn history() -> Recording {
 }
 
 fn policy() -> GpuPolicy {
+    policy_with(20)
+}
+
+fn policy_with(max_per_hour: u32) -> GpuPolicy {
     serde_json::from_value(json!({
         "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
-        "spec": {"mode": "Enforce", "action": {"type": "Evict", "after": "60m", "maxPerHour": 20},
+        "spec": {"mode": "Enforce", "action": {"type": "Evict", "after": "60m", "maxPerHour": max_per_hour},
                  "warn": {"after": "30m"}},
     }))
     .unwrap()
@@ -142,17 +152,28 @@ enum Reads {
     Full,
     /// A broken reader that loses what it did not read in time (for the control).
     LastMinuteOnly,
+    /// Incremental, with the controller restarted (its memory lost) at this minute.
+    RestartAt(i64),
 }
 
 /// Runs the controller's observe → plan over the recorded history at cycles every
 /// minute (17 s past), none from T0+90m to T0+100m (an outage), applying warnings and
 /// actions to the workloads' annotations as the controller would.
 fn decisions(recording: &Recording, reads: Reads) -> Decisions {
-    let policy = policy();
+    decisions_of(recording, reads, &policy(), 4)
+}
+
+fn decisions_of(
+    recording: &Recording,
+    reads: Reads,
+    policy: &GpuPolicy,
+    count: usize,
+) -> Decisions {
+    let policy = policy.clone();
     let rules = Rules::from_spec(&policy.spec);
     let mut live = LiveTelemetry::new(60);
     let mut start_from = None;
-    let mut annotations = vec![json!({}); 4];
+    let mut annotations = vec![json!({}); count];
     let mut history = Histories::new(rules.risk);
     let mut out = Decisions::new();
     let mut last_evaluation: Option<Timestamp> = None;
@@ -162,10 +183,13 @@ fn decisions(recording: &Recording, reads: Reads) -> Decisions {
         }
         let now = Timestamp::from_second(T0 + minute * MIN + 17).unwrap();
         let to = now.as_second() - READ_LAG_SECONDS;
+        if reads == Reads::RestartAt(minute) {
+            live = LiveTelemetry::new(60);
+        }
         let read = live.next_read(std::slice::from_ref(&rules), to);
         let start = *start_from.get_or_insert_with(|| read.expect("first read").from);
         match reads {
-            Reads::Incremental => {
+            Reads::Incremental | Reads::RestartAt(_) => {
                 if let Some(read) = read {
                     live.apply(
                         read,
@@ -290,6 +314,39 @@ fn decisions_are_identical_with_incremental_and_full_reads_through_an_exporter_g
 }
 
 #[test]
+fn a_restart_rebuilds_the_same_state_and_a_warned_workload_is_not_warned_again() {
+    // Restarted 11 minutes after nb-0 was warned (and inside nb-1's exporter gap): the
+    // rebuild reads the horizon and one idle window before it, so the idle clocks, the
+    // blind spots and the warning's idle period are what they were.
+    let recording = history();
+    let incremental = decisions(&recording, Reads::Incremental);
+    let restarted = decisions(&recording, Reads::RestartAt(60));
+    assert_eq!(restarted, incremental);
+    assert_eq!(steps_of(&restarted, "nb-0", Step::Warn), vec![49]);
+    // Two pods never busy, one action an hour: nb-1 waits, warned, for an hour after
+    // nb-0 is acted on. A restart 85 minutes after the warning must not start a new idle
+    // period (the rebuilt trackers would be blind for their first window without the
+    // window read before the horizon).
+    let idle = record(2, None, |_, _| false);
+    let one_an_hour = policy_with(1);
+    let incremental = decisions_of(&idle, Reads::Incremental, &one_an_hour, 2);
+    let restarted = decisions_of(&idle, Reads::RestartAt(85), &one_an_hour, 2);
+    assert_eq!(steps_of(&incremental, "nb-1", Step::Warn), vec![0]);
+    assert_eq!(
+        steps_of(&incremental, "nb-1", Step::Act(ActionType::Evict)),
+        vec![100]
+    );
+    // The reasons name how long each has been idle: after the restart, as far back as
+    // the rebuild read. The steps are the same.
+    let steps = |d: &Decisions| -> Vec<(i64, String, Step, Classification)> {
+        d.iter()
+            .map(|(m, p, s, c, _)| (*m, p.clone(), *s, c.clone()))
+            .collect()
+    };
+    assert_eq!(steps(&restarted), steps(&incremental));
+}
+
+#[test]
 fn a_reader_that_drops_the_outage_decides_differently() {
     // The control for the test above: it can tell a reader that loses samples.
     let recording = history();
@@ -310,7 +367,7 @@ fn reads_tile_time_a_gap_is_read_once_and_a_long_one_rebuilds() {
     let recording = history();
     let mut live = LiveTelemetry::new(60);
     let horizon = horizon_seconds(&rules);
-    assert_eq!(horizon, (60 + 30 + 10) * MIN);
+    assert_eq!(horizon, (60 + 30 + 30 + 10) * MIN);
     let first = live.next_read(policies, T0).unwrap();
     assert_eq!(
         first,
