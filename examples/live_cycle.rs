@@ -5,7 +5,7 @@
 //! cargo run --release --example live_cycle -- --gpus 10000 --policies 3 --json
 //! ```
 //!
-//! It writes a synthetic DCGM history (`--gpus` GPUs, 2 hours at 30 s: engine activity,
+//! It writes a synthetic DCGM history (`--gpus` GPUs, 3 hours at 30 s: engine activity,
 //! memory used and power, four GPUs per pod, each pod busy 90 minutes in every 270),
 //! backfills it with `promtool tsdb create-blocks-from openmetrics` into a TSDB under
 //! `--data` (kept: later runs with the same `--gpus` reuse it), starts `prometheus` on
@@ -41,7 +41,7 @@ use gpu_reaper::telemetry::prometheus::{
 
 /// Start of the synthetic history.
 const T0: i64 = 1_793_577_600;
-const HOURS: i64 = 2;
+const HOURS: i64 = 3;
 const SCRAPE: i64 = 30;
 
 struct Args {
@@ -350,9 +350,11 @@ fn main() {
             let (before, _) = runtime.block_on(prometheus_seconds(&http, &url));
             let started = Instant::now();
             for r in &rules {
+                // The horizon the controller gave these queries.
+                let horizon = (r.action_after.max(r.warn_after) + r.window).as_secs() + 600;
                 let live = LiveSettings {
                     scrape_interval_seconds: SCRAPE,
-                    horizon_seconds: horizon_seconds(r),
+                    horizon_seconds: horizon,
                     step_seconds: 60,
                     selector: String::new(),
                     workload_labels: Default::default(),

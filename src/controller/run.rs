@@ -48,7 +48,7 @@ use crate::notify::content::{Kind, Templates};
 use crate::notify::events::EventNotifier;
 use crate::notify::{Failure, Notification, Notifier, Personal, Severity};
 use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
-use crate::telemetry::live::LiveTelemetry;
+use crate::telemetry::live::{LiveTelemetry, ReadSettings};
 use crate::telemetry::prometheus::PrometheusSource;
 use crate::{Error, Result};
 
@@ -250,6 +250,8 @@ struct Controller {
     source: PrometheusSource,
     /// Every GPU's activity between cycles, read incrementally (`telemetry::live`).
     live: LiveTelemetry,
+    /// How it is read (`--prometheus-selector`, `--prometheus-read-lag`).
+    reads: ReadSettings,
     /// Activity history replayed into a policy's idle spans when it is first evaluated.
     history_backfill: SignedDuration,
     selector_labels: crate::telemetry::trace::WorkloadLabels,
@@ -383,12 +385,7 @@ impl Controller {
         let rules_of: Vec<Rules> = policies.iter().map(|p| Rules::from_spec(&p.spec)).collect();
         let telemetry = self
             .source
-            .refresh(
-                &mut self.live,
-                &rules_of,
-                &self.selector_labels,
-                now.as_second(),
-            )
+            .refresh(&mut self.live, &rules_of, &self.reads, now.as_second())
             .await;
         if let Ok(read) = &telemetry {
             tracing::debug!(
@@ -1297,6 +1294,18 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         .max(1);
     let lease_duration = parse_duration("lease-duration", &args.lease_duration)?;
     let history_backfill = parse_duration("history-backfill", &args.history_backfill)?;
+    let read_lag = parse_duration("prometheus-read-lag", &args.prometheus_read_lag)?
+        .as_secs()
+        .max(0);
+    let selector = args.prometheus_selector.trim().to_string();
+    if !selector.is_empty() && (!selector.starts_with('{') || !selector.ends_with('}')) {
+        return Err(Error::InvalidArgument {
+            flag: "prometheus-selector",
+            message: format!(
+                "{selector:?} is not a list of label matchers in braces, e.g. {{cluster=\"a\"}}"
+            ),
+        });
+    }
     let fixed_now = match &args.now {
         Some(t) => Some(t.parse::<Timestamp>().map_err(|e| Error::InvalidArgument {
             flag: "now",
@@ -1387,6 +1396,11 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             // A step shorter than the scrape interval would leave every other bucket
             // empty: coverage is counted in steps that each hold a sample.
             live: LiveTelemetry::new(scrape.max(60)),
+            reads: ReadSettings {
+                selector: selector.clone(),
+                lag_seconds: read_lag,
+                workload_labels: workload_labels(&args.prometheus),
+            },
             history_backfill,
             selector_labels: workload_labels(&args.prometheus),
             policy_selector: args.policy_selector.clone(),

@@ -42,10 +42,31 @@ pub const FAMILIES: [&str; 5] = [
     "DCGM_FI_DEV_POWER_USAGE",
 ];
 
-/// Seconds a read stays behind `now`: Prometheus makes a scrape's samples visible when
-/// the scrape ends, stamped with its start, so the newest seconds may still fill in.
-/// Reads never overlap, so a sample that became visible later than this is not read.
+/// Seconds a read stays behind `now` by default: Prometheus makes a scrape's samples
+/// visible when the scrape ends, stamped with its start, so the newest seconds may still
+/// fill in. Reads never overlap, so a sample that became visible later than this is not
+/// read (`controller --prometheus-read-lag`).
 pub const READ_LAG_SECONDS: i64 = 15;
+
+/// How the live reads are made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadSettings {
+    /// Label matchers added to every family (`{cluster="a"}`), or empty.
+    pub selector: String,
+    /// Seconds each read ends behind the clock.
+    pub lag_seconds: i64,
+    pub workload_labels: super::trace::WorkloadLabels,
+}
+
+impl Default for ReadSettings {
+    fn default() -> Self {
+        Self {
+            selector: String::new(),
+            lag_seconds: READ_LAG_SECONDS,
+            workload_labels: Default::default(),
+        }
+    }
+}
 
 /// How far back a policy's observations need samples: the longer of its warning and
 /// action delays, plus the idle window, plus ten minutes (as the per-policy queries

@@ -4,6 +4,7 @@
 
 pub mod dmon;
 pub mod live;
+pub mod matrix;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod promql;

@@ -265,7 +265,7 @@ impl PrometheusSource {
     ) -> Result<Trace, PrometheusError> {
         // A range selector covers (end - range, end]: start one second early so a
         // sample exactly at `from` is included.
-        let (builder, _) = self.read_after(from - 1, to, families, options).await?;
+        let (builder, _) = self.read_after(from - 1, to, families, "", options).await?;
         builder.finish(&self.config.url).map_err(|e| PrometheusError {
             url: self.config.url.clone(),
             query: format!("{{__name__=~\"{}\"}}", families.join("|")),
@@ -287,6 +287,7 @@ impl PrometheusSource {
         after: i64,
         to: i64,
         families: &[&str],
+        selector: &str,
         options: &ReadOptions,
     ) -> Result<(TraceBuilder, usize), PrometheusError> {
         let chunk = (self.config.chunk.as_secs() as i64).max(60);
@@ -300,14 +301,46 @@ impl PrometheusSource {
             while end < to {
                 let start = end;
                 end = (start + chunk).min(to);
-                let query = format!("{family}[{}s]", end - start);
-                let data = self.instant(&query, end).await?;
+                let query = format!("{family}{selector}[{}s]", end - start);
+                // Streamed when the answer is what Prometheus writes; anything else is
+                // read the generic way, whose errors are the ones reported.
+                let answer = self
+                    .instant_with(&query, end, |status, body| {
+                        if status == 200
+                            && let Some(series) = super::matrix::parse(body, family)
+                        {
+                            return Ok(Matrix::Streamed(series));
+                        }
+                        parse_answer(status, body).map(Matrix::Generic)
+                    })
+                    .await?;
                 queries += 1;
-                add_matrix(&mut builder, family, data).map_err(|message| PrometheusError {
+                let fail = |message: String| PrometheusError {
                     url: self.config.url.clone(),
-                    query,
+                    query: query.clone(),
                     message,
-                })?;
+                };
+                match answer {
+                    Matrix::Streamed(series) => {
+                        for s in &series {
+                            for &(timestamp, value) in &s.samples {
+                                builder
+                                    .add(&RawSample {
+                                        metric: family,
+                                        series: &s.text,
+                                        labels: &s.labels,
+                                        value,
+                                        timestamp,
+                                        line: 0,
+                                    })
+                                    .map_err(fail)?;
+                            }
+                        }
+                    }
+                    Matrix::Generic(data) => {
+                        add_matrix(&mut builder, family, data).map_err(fail)?
+                    }
+                }
             }
         }
         Ok((builder, queries))
@@ -321,20 +354,26 @@ impl PrometheusSource {
         &self,
         live: &mut super::live::LiveTelemetry,
         policies: &[crate::engine::Rules],
-        workload_labels: &super::trace::WorkloadLabels,
+        settings: &super::live::ReadSettings,
         now: i64,
     ) -> Result<Refreshed, PrometheusError> {
-        let to = now - super::live::READ_LAG_SECONDS;
+        let to = now - settings.lag_seconds.max(0);
         let Some(read) = live.next_read(policies, to) else {
             return Ok(Refreshed::default());
         };
         let options = ReadOptions {
-            workload_labels: workload_labels.clone(),
+            workload_labels: settings.workload_labels.clone(),
             step_seconds: live.step_seconds(),
             skip_unknown_metrics: true,
         };
         let (builder, queries) = self
-            .read_after(read.from, read.to, &super::live::FAMILIES, &options)
+            .read_after(
+                read.from,
+                read.to,
+                &super::live::FAMILIES,
+                &settings.selector,
+                &options,
+            )
             .await?;
         // No sample at all is an answer too: every GPU followed has a gap.
         let trace = builder.finish(&self.config.url).ok();
@@ -346,6 +385,12 @@ impl PrometheusSource {
             samples: trace.map_or(0, |t| t.samples),
         })
     }
+}
+
+/// A range-vector answer, streamed ([`super::matrix`]) or read the generic way.
+enum Matrix {
+    Streamed(Vec<super::matrix::Series>),
+    Generic(Data),
 }
 
 /// What one [`PrometheusSource::refresh`] read.
