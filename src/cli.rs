@@ -50,9 +50,22 @@ pub struct ControllerArgs {
     /// Time between evaluations (Go duration).
     #[arg(long, env = "GPU_REAPER_INTERVAL", default_value = "60s")]
     pub interval: String,
-    /// Scrape interval of the DCGM exporter (Go duration): coverage is counted against it.
+    /// Scrape interval of the DCGM exporter (Go duration): coverage is counted in steps
+    /// of the longer of it and one minute, each of which should hold a sample.
     #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s")]
     pub scrape_interval: String,
+    /// PromQL label matchers added to every live read of the DCGM families, e.g.
+    /// `{cluster="a"}` (this cluster's series in a Thanos or Mimir holding several) or
+    /// `{namespace=~"team-a-.*"}` (one shard's namespaces: docs/architecture.md,
+    /// "Scaling out"). Empty: every GPU the endpoint has.
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_SELECTOR", default_value = "")]
+    pub prometheus_selector: String,
+    /// How far behind the clock each live read ends (Go duration). Samples become
+    /// visible after their timestamp (when the scrape ends; later through remote write
+    /// to Thanos Receive or Mimir); reads never overlap, so a sample visible only after
+    /// the read that covered its time is not read (a gap, never idleness).
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_READ_LAG", default_value = "15s")]
+    pub prometheus_read_lag: String,
     /// How much activity history to replay from Prometheus when a policy is first
     /// evaluated (start-up, new leader, new policy), so the resumption-risk estimate and
     /// the request-driven-inference test start informed (Go duration; 0s: learn from the

@@ -1004,11 +1004,18 @@ async fn lying_proxy(upstream: String, blank: fn(&str) -> bool) -> String {
                     .unwrap()
             };
             if blank(&query) {
+                // Empty, of the type the query asks for: a bare range selector is a
+                // matrix.
+                let kind = if query.contains('(') {
+                    "vector"
+                } else {
+                    "matrix"
+                };
                 return json(
                     200,
-                    Body::from(
-                        r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
-                    ),
+                    Body::from(format!(
+                        r#"{{"status":"success","data":{{"resultType":"{kind}","result":[]}}}}"#
+                    )),
                 );
             }
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -1027,14 +1034,14 @@ async fn lying_proxy(upstream: String, blank: fn(&str) -> bool) -> String {
     url
 }
 
-/// One query of the batch comes back empty (a proxy or a federation layer dropping it):
-/// with no coverage answer every GPU is blind — NoTelemetry, nothing warned — while the
+/// One query of the read comes back empty (a proxy or a federation layer dropping it):
+/// with no activity samples every GPU is blind — NoTelemetry, nothing warned — while the
 /// same cluster read straight from Prometheus warns its idle workload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_empty_answer_to_the_coverage_query_judges_nothing_idle() {
+async fn an_empty_answer_to_the_activity_read_judges_nothing_idle() {
     let prometheus = prometheus_with("faults-empty", &history(&idle(&["chat"]), 140));
     let proxy = lying_proxy(prometheus.url.clone(), |q| {
-        q.starts_with("count_over_time(")
+        q.starts_with("DCGM_FI_PROF_GR_ENGINE_ACTIVE[")
     })
     .await;
     let lied_to = cluster(&["chat"], &policy("Enforce", "")).await;

@@ -585,6 +585,9 @@ pub struct PromStub {
     /// Queries by the evaluation instant they asked about (`time`, whole seconds): one
     /// controller cycle evaluates every query at the same instant.
     pub by_time: Mutex<std::collections::BTreeMap<i64, u64>>,
+    /// When the idle GPUs went idle (the stub's start less `idle_minutes`), so that
+    /// every read agrees on each sample.
+    pub idle_from: i64,
 }
 
 /// Every `[N s` duration in a query, in order (range, then subquery range and step).
@@ -600,6 +603,8 @@ fn durations(query: &str) -> Vec<i64> {
 }
 
 enum Answer {
+    /// `FAMILY[Ns]`: the raw samples of the range (the incremental read).
+    Range(&'static str, i64),
     Count(i64),
     LastBusy,
     LastBlind(i64),
@@ -618,11 +623,17 @@ impl PromStub {
             unknown: Mutex::new(Vec::new()),
             delay: Duration::ZERO,
             by_time: Mutex::new(std::collections::BTreeMap::new()),
+            idle_from: jiff::Timestamp::now().as_second() - idle_minutes * 60,
         }
     }
 
     fn classify(&self, query: &str) -> Option<Answer> {
         let d = durations(query);
+        for family in gpu_reaper::telemetry::live::FAMILIES {
+            if let Some(range) = query.strip_prefix(family).filter(|r| r.starts_with('[')) {
+                return Some(Answer::Range(family, *durations(range).first()?));
+            }
+        }
         if query.starts_with("count_over_time(") {
             return Some(Answer::Count(d.first()? / self.scrape_seconds));
         }
@@ -667,12 +678,16 @@ impl PromStub {
             return r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#.into();
         };
         let now = time.floor() as i64;
+        if let Answer::Range(family, range) = answer {
+            return self.range(family, now, range);
+        }
         let minute = now / 60 * 60;
         let mut out = String::with_capacity(self.gpus.len() * 520 + 64);
         out.push_str(r#"{"status":"success","data":{"resultType":"vector","result":["#);
         let mut first = true;
         for (serial, gpu) in self.gpus.iter().enumerate() {
             let value = match answer {
+                Answer::Range(..) => 0.0, // answered above
                 Answer::Count(n) => n as f64,
                 Answer::LastBusy if gpu.idle => (minute - self.idle_seconds) as f64,
                 Answer::LastBusy => (minute - 60) as f64,
@@ -702,6 +717,61 @@ impl PromStub {
                 bus = 0x18 + gpu.index * 0x11,
                 pod = gpu.pod,
             );
+        }
+        out.push_str("]}}");
+        self.bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// The matrix answer to `family[range s]` at `now`: a sample per scrape in the
+    /// range, for every GPU (H100s: no DCGM_FI_DEV_GPU_UTIL series).
+    fn range(&self, family: &str, now: i64, range: i64) -> String {
+        let times: Vec<i64> = ((now - range).div_euclid(self.scrape_seconds) + 1
+            ..=now.div_euclid(self.scrape_seconds))
+            .map(|k| k * self.scrape_seconds)
+            .filter(|t| *t > now - range)
+            .collect();
+        let mut out = String::with_capacity(self.gpus.len() * (520 + 24 * times.len()) + 64);
+        out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":["#);
+        if family == "DCGM_FI_DEV_GPU_UTIL" {
+            out.push_str("]}}");
+            return out;
+        }
+        for (serial, gpu) in self.gpus.iter().enumerate() {
+            if serial > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                r#"{{"metric":{{"__name__":"{family}","DCGM_FI_DRIVER_VERSION":"580.105.08","Hostname":"gpu-node-{node:04}","UUID":"{uuid}","container":"{container}","device":"nvidia{index}","endpoint":"gpu-metrics","gpu":"{index}","instance":"10.0.{hi}.{lo}:9400","job":"nvidia-dcgm-exporter","modelName":"NVIDIA H100 80GB HBM3","namespace":"{ns}","pci_bus_id":"00000000:{bus:02X}:00.0","pod":"{pod}","service":"nvidia-dcgm-exporter"}},"values":["#,
+                node = gpu.node,
+                uuid = gpu.uuid(serial),
+                container = gpu.container,
+                index = gpu.index,
+                hi = gpu.node / 250,
+                lo = gpu.node % 250,
+                ns = gpu.namespace,
+                bus = 0x18 + gpu.index * 0x11,
+                pod = gpu.pod,
+            );
+            for (i, &t) in times.iter().enumerate() {
+                let idle = gpu.idle && t >= self.idle_from;
+                let value = match family {
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE" if idle => 0.0,
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE" => 0.6,
+                    "DCGM_FI_DEV_FB_USED" if gpu.idle => 38_912.0,
+                    "DCGM_FI_DEV_FB_USED" => 61_440.0,
+                    "DCGM_FI_PROF_PCIE_RX_BYTES" if idle => 12_288.0,
+                    "DCGM_FI_PROF_PCIE_RX_BYTES" => 2.1e9,
+                    _ if idle => 71.5,
+                    _ => 612.3,
+                };
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, r#"[{t},"{value}"]"#);
+            }
+            out.push_str("]}");
         }
         out.push_str("]}}");
         self.bytes.fetch_add(out.len() as u64, Ordering::Relaxed);

@@ -2,8 +2,10 @@
 //! `--interval`, by the Lease holder only.
 //!
 //! Observe lists what the cycle needs (GPU pods, their owners, policies, namespaces) in
-//! pages of 500 and asks Prometheus one batched set of queries per policy. A policy whose
-//! telemetry fails is marked Degraded and nothing it governs is acted on (invariant 1).
+//! pages of 500, and reads from Prometheus every GPU's samples since the previous cycle
+//! once for all policies (`telemetry::live`: one query per DCGM family, the horizon at
+//! start-up). When that read fails every policy is marked Degraded and nothing is acted
+//! on (invariant 1); the next read covers the gap.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -46,7 +48,8 @@ use crate::notify::content::{Kind, Templates};
 use crate::notify::events::EventNotifier;
 use crate::notify::{Failure, Notification, Notifier, Personal, Severity};
 use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
-use crate::telemetry::prometheus::{LiveSettings, PrometheusSource};
+use crate::telemetry::live::{LiveTelemetry, ReadSettings};
+use crate::telemetry::prometheus::PrometheusSource;
 use crate::{Error, Result};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -245,7 +248,10 @@ struct Controller {
     /// The watches' stores (None with `--once`, which lists).
     caches: Option<super::caches::Caches>,
     source: PrometheusSource,
-    scrape_interval: i64,
+    /// Every GPU's activity between cycles, read incrementally (`telemetry::live`).
+    live: LiveTelemetry,
+    /// How it is read (`--prometheus-selector`, `--prometheus-read-lag`).
+    reads: ReadSettings,
     /// Activity history replayed into a policy's idle spans when it is first evaluated.
     history_backfill: SignedDuration,
     selector_labels: crate::telemetry::trace::WorkloadLabels,
@@ -379,23 +385,30 @@ impl Controller {
             "evaluating"
         );
         let all: Vec<&GpuPolicy> = policies.iter().collect();
+        // One read of every GPU's samples since the previous cycle, whatever the number of
+        // policies; each policy then takes its observations from memory.
+        let rules_of: Vec<Rules> = policies.iter().map(|p| Rules::from_spec(&p.spec)).collect();
+        let telemetry = self
+            .source
+            .refresh(&mut self.live, &rules_of, &self.reads, now.as_second())
+            .await;
+        if let Ok(read) = &telemetry {
+            tracing::debug!(
+                queries = read.queries,
+                rebuilt = read.rebuilt,
+                seconds = read.seconds_read,
+                samples = read.samples,
+                gpus = self.live.gpus(),
+                "telemetry read"
+            );
+        }
         // The activity history a start-up backfill reads, once for every policy.
         let mut backfill_read = None;
-        for policy in &policies {
+        for (policy, rules) in policies.iter().zip(&rules_of) {
             let name = policy.metadata.name.clone().unwrap_or_default();
-            let rules = Rules::from_spec(&policy.spec);
-            let horizon = rules.action_after.max(rules.warn_after)
-                + rules.window
-                + SignedDuration::from_mins(10);
-            let live = LiveSettings {
-                scrape_interval_seconds: self.scrape_interval,
-                horizon_seconds: horizon.as_secs(),
-                step_seconds: 60,
-                selector: String::new(),
-                workload_labels: self.selector_labels.clone(),
-            };
-            let observations = match self.source.observe(&rules, &live, now.as_second()).await {
-                Ok(o) => o,
+            let rules = rules.clone();
+            let observations = match &telemetry {
+                Ok(_) => self.live.observe(&rules),
                 Err(e) => {
                     tracing::warn!(policy = %name, error = %e, "telemetry failed: nothing this policy governs is judged this cycle");
                     self.metrics
@@ -1286,6 +1299,18 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         .max(1);
     let lease_duration = parse_duration("lease-duration", &args.lease_duration)?;
     let history_backfill = parse_duration("history-backfill", &args.history_backfill)?;
+    let read_lag = parse_duration("prometheus-read-lag", &args.prometheus_read_lag)?
+        .as_secs()
+        .max(0);
+    let selector = args.prometheus_selector.trim().to_string();
+    if !selector.is_empty() && (!selector.starts_with('{') || !selector.ends_with('}')) {
+        return Err(Error::InvalidArgument {
+            flag: "prometheus-selector",
+            message: format!(
+                "{selector:?} is not a list of label matchers in braces, e.g. {{cluster=\"a\"}}"
+            ),
+        });
+    }
     let fixed_now = match &args.now {
         Some(t) => Some(t.parse::<Timestamp>().map_err(|e| Error::InvalidArgument {
             flag: "now",
@@ -1373,7 +1398,14 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             notifiers,
             caches,
             source,
-            scrape_interval: scrape,
+            // A step shorter than the scrape interval would leave every other bucket
+            // empty: coverage is counted in steps that each hold a sample.
+            live: LiveTelemetry::new(scrape.max(60)),
+            reads: ReadSettings {
+                selector: selector.clone(),
+                lag_seconds: read_lag,
+                workload_labels: workload_labels(&args.prometheus),
+            },
             history_backfill,
             selector_labels: workload_labels(&args.prometheus),
             policy_selector: args.policy_selector.clone(),

@@ -3,6 +3,8 @@
 //! form. The live Prometheus source joins this room.
 
 pub mod dmon;
+pub mod live;
+pub mod matrix;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod promql;

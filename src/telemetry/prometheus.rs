@@ -263,27 +263,9 @@ impl PrometheusSource {
         families: &[&str],
         options: &ReadOptions,
     ) -> Result<Trace, PrometheusError> {
-        let chunk = (self.config.chunk.as_secs() as i64).max(60);
-        let mut builder = TraceBuilder::new(&ReadOptions {
-            skip_unknown_metrics: true,
-            ..options.clone()
-        });
-        for family in families {
-            // A range selector covers (end - range, end]: start one second early so a
-            // sample exactly at `from` is included.
-            let mut end = from - 1;
-            while end < to {
-                let start = end;
-                end = (start + chunk).min(to);
-                let query = format!("{family}[{}s]", end - start);
-                let data = self.instant(&query, end).await?;
-                add_matrix(&mut builder, family, data).map_err(|message| PrometheusError {
-                    url: self.config.url.clone(),
-                    query,
-                    message,
-                })?;
-            }
-        }
+        // A range selector covers (end - range, end]: start one second early so a
+        // sample exactly at `from` is included.
+        let (builder, _) = self.read_after(from - 1, to, families, "", options).await?;
         builder.finish(&self.config.url).map_err(|e| PrometheusError {
             url: self.config.url.clone(),
             query: format!("{{__name__=~\"{}\"}}", families.join("|")),
@@ -295,6 +277,130 @@ impl PrometheusSource {
             ),
         })
     }
+}
+
+impl PrometheusSource {
+    /// The raw samples of `families` stamped in (`after`, `to`], chunk by chunk, and the
+    /// number of queries sent.
+    async fn read_after(
+        &self,
+        after: i64,
+        to: i64,
+        families: &[&str],
+        selector: &str,
+        options: &ReadOptions,
+    ) -> Result<(TraceBuilder, usize), PrometheusError> {
+        let chunk = (self.config.chunk.as_secs() as i64).max(60);
+        let mut builder = TraceBuilder::new(&ReadOptions {
+            skip_unknown_metrics: true,
+            ..options.clone()
+        });
+        let mut queries = 0;
+        for family in families {
+            let mut end = after;
+            while end < to {
+                let start = end;
+                end = (start + chunk).min(to);
+                let query = format!("{family}{selector}[{}s]", end - start);
+                // Streamed when the answer is what Prometheus writes; anything else is
+                // read the generic way, whose errors are the ones reported.
+                let answer = self
+                    .instant_with(&query, end, |status, body| {
+                        if status == 200
+                            && let Some(series) = super::matrix::parse(body, family)
+                        {
+                            return Ok(Matrix::Streamed(series));
+                        }
+                        parse_answer(status, body).map(Matrix::Generic)
+                    })
+                    .await?;
+                queries += 1;
+                let fail = |message: String| PrometheusError {
+                    url: self.config.url.clone(),
+                    query: query.clone(),
+                    message,
+                };
+                match answer {
+                    Matrix::Streamed(series) => {
+                        for s in &series {
+                            for &(timestamp, value) in &s.samples {
+                                builder
+                                    .add(&RawSample {
+                                        metric: family,
+                                        series: &s.text,
+                                        labels: &s.labels,
+                                        value,
+                                        timestamp,
+                                        line: 0,
+                                    })
+                                    .map_err(fail)?;
+                            }
+                        }
+                    }
+                    Matrix::Generic(data) => {
+                        add_matrix(&mut builder, family, data).map_err(fail)?
+                    }
+                }
+            }
+        }
+        Ok((builder, queries))
+    }
+
+    /// Brings `live` up to `now` for `policies` with one read of every GPU's samples
+    /// since the previous one (or of the horizon, when it starts over): the same queries
+    /// whatever the number of policies ([`super::live`]). On an error the state is left
+    /// as it was, and the next refresh reads the whole gap.
+    pub async fn refresh(
+        &self,
+        live: &mut super::live::LiveTelemetry,
+        policies: &[crate::engine::Rules],
+        settings: &super::live::ReadSettings,
+        now: i64,
+    ) -> Result<Refreshed, PrometheusError> {
+        let to = now - settings.lag_seconds.max(0);
+        let Some(read) = live.next_read(policies, to) else {
+            return Ok(Refreshed::default());
+        };
+        let options = ReadOptions {
+            workload_labels: settings.workload_labels.clone(),
+            step_seconds: live.step_seconds(),
+            skip_unknown_metrics: true,
+        };
+        let (builder, queries) = self
+            .read_after(
+                read.from,
+                read.to,
+                &super::live::FAMILIES,
+                &settings.selector,
+                &options,
+            )
+            .await?;
+        // No sample at all is an answer too: every GPU followed has a gap.
+        let trace = builder.finish(&self.config.url).ok();
+        live.apply(read, policies, trace.as_ref());
+        Ok(Refreshed {
+            queries,
+            rebuilt: read.rebuild,
+            seconds_read: read.to - read.from,
+            samples: trace.map_or(0, |t| t.samples),
+        })
+    }
+}
+
+/// A range-vector answer, streamed ([`super::matrix`]) or read the generic way.
+enum Matrix {
+    Streamed(Vec<super::matrix::Series>),
+    Generic(Data),
+}
+
+/// What one [`PrometheusSource::refresh`] read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Refreshed {
+    pub queries: usize,
+    /// The state started over (start-up, a gap longer than the horizon, new rule sets).
+    pub rebuilt: bool,
+    pub seconds_read: i64,
+    pub samples: u64,
 }
 
 /// Reads one `/api/v1/query` answer: the JSON envelope, then its data. The error's flag
