@@ -984,7 +984,7 @@ fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
             .unwrap();
         let log = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "controller at +{minutes}m: {log}");
-        for refused in ["forbidden", "Forbidden", "403"] {
+        for refused in ["forbidden", "Forbidden", "code: 403", "status: 403"] {
             assert!(
                 !log.contains(refused),
                 "the chart's RBAC refused a call at +{minutes}m: {log}"

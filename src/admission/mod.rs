@@ -1,19 +1,17 @@
 //! The budget gate: a validating admission webhook that admits large GPU claims only with
 //! an approved ReadinessAttestation and within the namespace's budget.
 //!
-//! Pure: `review` (AdmissionReview parsing), `count` (GPUs per object, every governed
-//! kind), `decide` (`admit(request, snapshot)`), `message` (the sentences kubectl prints),
-//! `attestation` (rules on attestation writes). IO at the edges: `server` (axum over
-//! rustls, certificate reload), `cache` (reflectors → snapshot), `metrics`, `check`
-//! (the offline CLI), `approve` (`gpu-reaper attest approve|revoke`). `quota` (pure): the
-//! ResourceQuota and attestation condition the controller is to keep (G2, not wired yet).
+//! Pure: `review` (AdmissionReview parsing), `model` (what the gate answers), `decide`
+//! (`admit(request, snapshot)`; GPUs are counted by [`crate::gpus`]), `message` (the
+//! sentences kubectl prints), `attestation` (rules on attestation writes), `quota` (the
+//! ResourceQuota and attestation condition the controller keeps, G2). IO at the edges:
+//! `server` (axum over rustls, certificate reload), `cache` (reflectors → snapshot),
+//! `metrics`, `check` (the offline CLI), `approve` (`gpu-reaper attest approve|revoke`).
 
 pub mod approve;
 pub mod attestation;
 pub mod cache;
 pub mod check;
-/// Counting moved to [`crate::gpus`]; the old path stays for code written against it.
-pub use crate::gpus as count;
 pub mod decide;
 pub mod message;
 pub mod metrics;

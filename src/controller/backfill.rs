@@ -67,9 +67,9 @@ pub fn feed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::count::GpuResources;
     use crate::cluster::inventory::{pod_info, resolve};
     use crate::engine::inference::request_driven;
+    use crate::gpus::GpuResources;
     use crate::telemetry::trace::{ReadOptions, read_trace};
     use serde_json::json;
     use std::fmt::Write as _;

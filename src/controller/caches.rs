@@ -20,10 +20,10 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
-use crate::admission::count::GpuResources;
 use crate::api::GpuPolicy;
 use crate::cluster::discovery;
 use crate::cluster::inventory::{self, ClaimGpus, ObjectInfo, ObjectKey, PodInfo};
+use crate::gpus::GpuResources;
 
 /// The stores a cycle reads.
 pub struct Caches {
@@ -443,7 +443,7 @@ impl Caches {
         HashMap<String, BTreeMap<String, String>>,
     ) {
         let template_objects: Vec<_> = self.templates.iter().flat_map(|t| t.state()).collect();
-        let templates = crate::admission::count::claim_template_gpus(
+        let templates = crate::gpus::claim_template_gpus(
             template_objects.iter().map(|t| t.as_ref()),
             resources,
         );

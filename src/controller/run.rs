@@ -31,7 +31,6 @@ use serde_json::json;
 use super::deliver::{self, Delivery};
 use super::lease::Elector;
 use super::plan::{AuditMemory, by_pod};
-use crate::admission::count::GpuResources;
 use crate::api::conditions::{condition, set_condition};
 use crate::api::policy::ActionType;
 use crate::api::policy::Channel;
@@ -41,13 +40,14 @@ use crate::cli::ControllerArgs;
 use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
 use crate::cluster::snapshot;
+use crate::commands::{parse_duration, prometheus_config, workload_labels};
 use crate::engine::inference::Softer;
 use crate::engine::model::{Decision, Step};
 use crate::engine::{Histories, Rules};
+use crate::gpus::GpuResources;
 use crate::notify::content::{Kind, Templates};
 use crate::notify::events::EventNotifier;
 use crate::notify::{Failure, Notification, Notifier, Personal, Severity};
-use crate::report::backtest::{parse_duration, prometheus_config, workload_labels};
 use crate::telemetry::live::{LiveTelemetry, ReadSettings};
 use crate::telemetry::prometheus::PrometheusSource;
 use crate::{Error, Result};
@@ -1346,7 +1346,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         .identity
         .clone()
         .unwrap_or_else(|| format!("gpu-reaper-{}", std::process::id()));
-    let runtime = crate::report::backtest::multi_thread_runtime()?;
+    let runtime = crate::commands::multi_thread_runtime()?;
     runtime.block_on(async move {
         let mut config = kube::Config::infer().await.map_err(|e| {
             Error::Controller(format!(

@@ -158,8 +158,7 @@ pub fn attribute(trace: &mut Trace, workloads: &[Workload]) -> Attribution {
 pub fn run(args: &AuditArgs) -> Result<()> {
     if args.check {
         let (from, to) = time_range(&args.since, None)?;
-        let report =
-            crate::report::backtest::block_on(readiness(&args.prometheus, to - from, to))??;
+        let report = crate::commands::block_on(readiness(&args.prometheus, to - from, to))??;
         print!("{}", report.render());
         return if report.ready() {
             Ok(())
@@ -176,13 +175,13 @@ pub fn run(args: &AuditArgs) -> Result<()> {
         &ReadOptions {
             step_seconds: 60,
             skip_unknown_metrics: true,
-            workload_labels: crate::report::backtest::workload_labels(&args.prometheus),
+            workload_labels: crate::commands::workload_labels(&args.prometheus),
         },
     )?;
     let attribution = match &args.kubeconfig {
         Some(path) => Some(attribute(
             &mut trace,
-            &crate::report::backtest::block_on(cluster_workloads(path))??,
+            &crate::commands::block_on(cluster_workloads(path))??,
         )),
         None => None,
     };
@@ -477,7 +476,7 @@ pub async fn readiness(
 ) -> Result<Readiness> {
     use crate::telemetry::prometheus::PrometheusSource;
     use prometheus_http_query::response::Data;
-    let source = PrometheusSource::new(crate::report::backtest::prometheus_config(args)?)?;
+    let source = PrometheusSource::new(crate::commands::prometheus_config(args)?)?;
     let range = format!("{}s", lookback.max(60));
     let mut checks = Vec::new();
     // One number per query; a failed query is itself a failed check.

@@ -218,9 +218,7 @@ pub fn fetch_trace(
     Ok(block_on(source.fetch_trace(from, to, options))??)
 }
 
-pub use crate::commands::{
-    block_on, multi_thread_runtime, parse_duration, prometheus_config, workload_labels,
-};
+use crate::commands::{block_on, parse_duration, prometheus_config, workload_labels};
 
 /// The policy from `path`, or the bundled sample.
 pub fn load_policy(path: Option<&Path>) -> Result<GpuPolicy> {

@@ -5,12 +5,12 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
 use super::*;
-use crate::admission::count::GpuResources;
 use crate::api::GpuPolicy;
 use crate::api::policy::ActionType;
 use crate::cluster::inventory::{Workload, pod_info, resolve};
 use crate::controller::plan::{AuditMemory, by_pod, plan_with};
 use crate::engine::{Classification, Histories, Step};
+use crate::gpus::GpuResources;
 use crate::telemetry::openmetrics::{RawSample, read_samples};
 use crate::telemetry::trace::{ReadOptions, TraceBuilder};
 
