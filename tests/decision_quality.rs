@@ -342,7 +342,10 @@ fn sample_policy() -> GpuPolicySpec {
         gpu_reaper::api::validate::parse_resource(&text, "policy.yaml").unwrap();
     let mut spec = p.spec;
     spec.idle.max_resume_risk = Some(0.1);
-    spec.idle.max_idle = Some(dur("8h"));
+    // Short enough that every 12-hour mix acts: a cold start waits until maxIdle, and a
+    // job that hangs late in the trace must still be acted on before it ends (seed 997
+    // with 8h acted on nothing, and the no-peeking property was then vacuous).
+    spec.idle.max_idle = Some(dur("3h"));
     spec.action.max_per_hour = 1000;
     spec
 }
