@@ -101,3 +101,80 @@ pub async fn all(client: &Client) -> Result<Vec<Served>, kube::Error> {
     }
     Ok(out)
 }
+
+/// Kinds that can own GPU pods, listed (metadata only) to resolve root workloads. The
+/// CRD kinds are skipped quietly where their CRD is not installed.
+pub const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
+    ("apps", "v1", "ReplicaSet", "replicasets"),
+    ("apps", "v1", "Deployment", "deployments"),
+    ("apps", "v1", "StatefulSet", "statefulsets"),
+    ("batch", "v1", "Job", "jobs"),
+    ("batch", "v1", "CronJob", "cronjobs"),
+    ("kubeflow.org", "v1", "Notebook", "notebooks"),
+    ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+    ("kubeflow.org", "v1", "TFJob", "tfjobs"),
+    ("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs"),
+    ("kubeflow.org", "v1", "PaddleJob", "paddlejobs"),
+    ("kubeflow.org", "v1", "JAXJob", "jaxjobs"),
+    ("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
+    ("ray.io", "v1", "RayCluster", "rayclusters"),
+    ("ray.io", "v1", "RayJob", "rayjobs"),
+    ("ray.io", "v1", "RayService", "rayservices"),
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+    (
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
+    ),
+    (
+        "serving.kserve.io",
+        "v1beta1",
+        "InferenceService",
+        "inferenceservices",
+    ),
+];
+
+/// Kinds gpu-reaper acts on that it watches whenever they are served, at the version
+/// discovery prefers (group, kind).
+const ALSO_WATCHED: &[(&str, &str)] = &[("serving.kserve.io", "LLMInferenceService")];
+
+/// The owner kinds to watch: `owner_kinds` (group, version, kind, plural), then, from API
+/// discovery, every other namespaced, watchable kind with a `/scale` subresource (any
+/// CRD that declares one: its objects become roots that ScaleToZero scales) and the
+/// [`ALSO_WATCHED`] kinds. Without discovery, `owner_kinds` alone.
+pub async fn owner_resources(
+    client: &Client,
+    owner_kinds: &[(&str, &str, &str, &str)],
+) -> Vec<ApiResource> {
+    let mut out: Vec<ApiResource> = owner_kinds
+        .iter()
+        .map(|&(group, version, kind, plural)| ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: if group.is_empty() {
+                version.to_string()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: kind.into(),
+            plural: plural.into(),
+        })
+        .collect();
+    let served = match all(client).await {
+        Ok(served) => served,
+        Err(e) => {
+            tracing::warn!(error = %e, "API discovery failed: only the built-in owner kinds are watched");
+            return out;
+        }
+    };
+    for s in served {
+        let r = &s.resource;
+        let wanted = s.scalable || ALSO_WATCHED.contains(&(r.group.as_str(), r.kind.as_str()));
+        let known = out.iter().any(|o| o.group == r.group && o.kind == r.kind);
+        if wanted && s.namespaced && !known {
+            out.push(s.resource);
+        }
+    }
+    out
+}

@@ -246,50 +246,6 @@ fn prune_owner(owner: &mut PartialObjectMeta<DynamicObject>) {
     }
 }
 
-/// Kinds gpu-reaper acts on that it watches whenever they are served, at the version
-/// discovery prefers (group, kind).
-const ALSO_WATCHED: &[(&str, &str)] = &[("serving.kserve.io", "LLMInferenceService")];
-
-/// The owner kinds to watch: `owner_kinds` (group, version, kind, plural), then, from API
-/// discovery, every other namespaced, watchable kind with a `/scale` subresource (any
-/// CRD that declares one: its objects become roots that ScaleToZero scales) and the
-/// [`ALSO_WATCHED`] kinds. Without discovery, `owner_kinds` alone.
-pub async fn owner_resources(
-    client: &Client,
-    owner_kinds: &[(&str, &str, &str, &str)],
-) -> Vec<ApiResource> {
-    let mut out: Vec<ApiResource> = owner_kinds
-        .iter()
-        .map(|&(group, version, kind, plural)| ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: if group.is_empty() {
-                version.to_string()
-            } else {
-                format!("{group}/{version}")
-            },
-            kind: kind.into(),
-            plural: plural.into(),
-        })
-        .collect();
-    let served = match discovery::all(client).await {
-        Ok(served) => served,
-        Err(e) => {
-            tracing::warn!(error = %e, "API discovery failed: only the built-in owner kinds are watched");
-            return out;
-        }
-    };
-    for s in served {
-        let r = &s.resource;
-        let wanted = s.scalable || ALSO_WATCHED.contains(&(r.group.as_str(), r.kind.as_str()));
-        let known = out.iter().any(|o| o.group == r.group && o.kind == r.kind);
-        if wanted && s.namespaced && !known {
-            out.push(s.resource);
-        }
-    }
-    out
-}
-
 impl Caches {
     /// Starts the watches; owner kinds whose API is not served, or that RBAC does not let
     /// the controller list, are skipped (pods under them are reported, not acted on).
@@ -309,7 +265,7 @@ impl Caches {
 
         let mut owners = Vec::new();
         let named = owner_kinds.len();
-        for (i, resource) in owner_resources(client, owner_kinds)
+        for (i, resource) in discovery::owner_resources(client, owner_kinds)
             .await
             .into_iter()
             .enumerate()

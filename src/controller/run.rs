@@ -39,7 +39,7 @@ use crate::api::{GpuPolicy, keys};
 use crate::cli::ControllerArgs;
 use crate::cluster::actions::{self, Outcome};
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
-use crate::cluster::snapshot;
+use crate::cluster::{discovery, snapshot};
 use crate::commands::{parse_duration, prometheus_config, workload_labels};
 use crate::engine::inference::Softer;
 use crate::engine::model::{Decision, Step};
@@ -144,39 +144,6 @@ impl Metrics {
         out
     }
 }
-
-/// Kinds that can own GPU pods, listed (metadata only) to resolve root workloads. The
-/// CRD kinds are skipped quietly where their CRD is not installed.
-pub const OWNER_KINDS: &[(&str, &str, &str, &str)] = &[
-    ("apps", "v1", "ReplicaSet", "replicasets"),
-    ("apps", "v1", "Deployment", "deployments"),
-    ("apps", "v1", "StatefulSet", "statefulsets"),
-    ("batch", "v1", "Job", "jobs"),
-    ("batch", "v1", "CronJob", "cronjobs"),
-    ("kubeflow.org", "v1", "Notebook", "notebooks"),
-    ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
-    ("kubeflow.org", "v1", "TFJob", "tfjobs"),
-    ("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs"),
-    ("kubeflow.org", "v1", "PaddleJob", "paddlejobs"),
-    ("kubeflow.org", "v1", "JAXJob", "jaxjobs"),
-    ("kubeflow.org", "v2beta1", "MPIJob", "mpijobs"),
-    ("ray.io", "v1", "RayCluster", "rayclusters"),
-    ("ray.io", "v1", "RayJob", "rayjobs"),
-    ("ray.io", "v1", "RayService", "rayservices"),
-    ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-    (
-        "leaderworkerset.x-k8s.io",
-        "v1",
-        "LeaderWorkerSet",
-        "leaderworkersets",
-    ),
-    (
-        "serving.kserve.io",
-        "v1beta1",
-        "InferenceService",
-        "inferenceservices",
-    ),
-];
 
 /// Audit-mode ladder state from its ConfigMap; empty when there is none yet.
 async fn load_audit_memory(client: &Client, namespace: &str, name: &str) -> AuditMemory {
@@ -321,7 +288,7 @@ impl Controller {
         HashMap<String, BTreeMap<String, String>>,
     )> {
         let c = &self.client;
-        let owner_resources = super::caches::owner_resources(c, OWNER_KINDS).await;
+        let owner_resources = discovery::owner_resources(c, discovery::OWNER_KINDS).await;
         let (gpu_pods, owners) =
             snapshot::gpu_pods_and_owners(c, &self.resources, &owner_resources, now).await?;
         let policies =
@@ -1386,7 +1353,7 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             None
         } else {
             let caches =
-                super::caches::Caches::start(&client, OWNER_KINDS, &args.policy_selector).await;
+                super::caches::Caches::start(&client, discovery::OWNER_KINDS, &args.policy_selector).await;
             caches.wait_synced().await;
             tracing::info!("watches synced");
             Some(caches)

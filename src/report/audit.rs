@@ -207,7 +207,7 @@ async fn cluster_workloads(kubeconfig: &std::path::Path) -> Result<Vec<Workload>
         source,
     })?;
     let owner_kinds =
-        crate::controller::caches::owner_resources(&client, crate::controller::run::OWNER_KINDS)
+        crate::cluster::discovery::owner_resources(&client, crate::cluster::discovery::OWNER_KINDS)
             .await;
     let (pods, owners) = crate::cluster::snapshot::gpu_pods_and_owners(
         &client,
