@@ -181,8 +181,9 @@ struct One<'a> {
     values: Vec<(f64, Str<'a>)>,
 }
 
-/// A string borrowed from the answer unless it holds escapes.
-struct Str<'a>(Cow<'a, str>);
+/// A string borrowed from the answer unless it holds escapes (serde's `Cow<str>` always
+/// copies). Also read by the instant-vector reader (`prometheus::stream`).
+pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
 
 impl<'de: 'a, 'a> serde::Deserialize<'de> for Str<'a> {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -206,7 +207,8 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Str<'a> {
     }
 }
 
-struct Labels<'a>(Vec<(Str<'a>, Str<'a>)>);
+/// A series' labels in answer order, names and values borrowed where they can be.
+pub(crate) struct Labels<'a>(pub(crate) Vec<(Str<'a>, Str<'a>)>);
 
 impl<'de: 'a, 'a> serde::Deserialize<'de> for Labels<'a> {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

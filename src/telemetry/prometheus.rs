@@ -507,6 +507,7 @@ mod stream {
     use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
     use super::GpuVector;
+    use crate::telemetry::matrix::{Labels, Str};
     use crate::telemetry::trace::{WorkloadLabels, gpu_identity};
 
     pub(super) fn vector(body: &[u8], names: &WorkloadLabels) -> Option<GpuVector> {
@@ -646,56 +647,6 @@ mod stream {
         metric: Labels<'a>,
         #[serde(borrow)]
         value: (f64, Str<'a>),
-    }
-
-    /// A string borrowed from the answer unless it holds escapes (serde's `Cow<str>`
-    /// always copies).
-    struct Str<'a>(Cow<'a, str>);
-
-    impl<'de: 'a, 'a> serde::Deserialize<'de> for Str<'a> {
-        fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Str<'de>;
-
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a string")
-                }
-
-                fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
-                    Ok(Str(Cow::Borrowed(v)))
-                }
-
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'de>, E> {
-                    Ok(Str(Cow::Owned(v.to_string())))
-                }
-            }
-            d.deserialize_str(V)
-        }
-    }
-
-    struct Labels<'a>(Vec<(Str<'a>, Str<'a>)>);
-
-    impl<'de: 'a, 'a> serde::Deserialize<'de> for Labels<'a> {
-        fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> Visitor<'de> for V {
-                type Value = Labels<'de>;
-
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a label map")
-                }
-
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels<'de>, A::Error> {
-                    let mut labels = Vec::with_capacity(map.size_hint().unwrap_or(16));
-                    while let Some(entry) = map.next_entry()? {
-                        labels.push(entry);
-                    }
-                    Ok(Labels(labels))
-                }
-            }
-            d.deserialize_map(V)
-        }
     }
 }
 
