@@ -1,0 +1,108 @@
+use super::*;
+use serde_json::json;
+
+fn dynamic(v: Value) -> DynamicObject {
+    serde_json::from_value(v).unwrap()
+}
+
+fn attestation(name: &str, max_gpus: Value) -> DynamicObject {
+    dynamic(json!({
+        "apiVersion": "gpureaper.io/v1alpha1", "kind": "ReadinessAttestation",
+        "metadata": {"name": name, "namespace": "team-a", "generation": 1},
+        "spec": {"selector": {}, "maxGpus": max_gpus, "expiresAt": "2030-01-01T00:00:00Z"},
+    }))
+}
+
+fn read_attestation(o: &DynamicObject) -> Result<Option<Arc<ReadinessAttestation>>, String> {
+    read_typed::<ReadinessAttestation>(o).map(|a| Some(Arc::new(a)))
+}
+
+#[test]
+fn one_unreadable_attestation_is_skipped_and_the_rest_sync() {
+    let mut fold = Fold::new(false);
+    fold.apply(Event::Init, &read_attestation);
+    fold.apply(
+        Event::InitApply(attestation("good", json!(8))),
+        &read_attestation,
+    );
+    let skipped = fold.apply(
+        Event::InitApply(attestation("huge", json!(4294967296u64))),
+        &read_attestation,
+    );
+    fold.apply(Event::InitDone, &read_attestation);
+    assert!(
+        fold.synced,
+        "one bad object must not keep the cache unsynced"
+    );
+    assert_eq!(skipped.unwrap().0, ("team-a".into(), "huge".into()));
+    assert_eq!(fold.items().count(), 1);
+    assert_eq!(fold.skipped.len(), 1);
+}
+
+#[test]
+fn an_attestation_that_becomes_unreadable_stops_covering_and_later_changes_still_apply() {
+    let mut fold = Fold::new(false);
+    fold.apply(Event::Init, &read_attestation);
+    fold.apply(
+        Event::InitApply(attestation("a", json!(8))),
+        &read_attestation,
+    );
+    fold.apply(Event::InitDone, &read_attestation);
+    fold.apply(
+        Event::Apply(attestation("a", json!("many"))),
+        &read_attestation,
+    );
+    assert_eq!(fold.items().count(), 0);
+    fold.apply(Event::Apply(attestation("b", json!(4))), &read_attestation);
+    assert_eq!(fold.items().count(), 1, "the cache keeps updating");
+}
+
+#[test]
+fn a_policy_that_becomes_unreadable_keeps_its_last_readable_version() {
+    let policy = |large: Value| {
+        dynamic(json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"admission": {"largeClaimGpus": large, "mode": "Enforce"}},
+        }))
+    };
+    let read = |o: &DynamicObject| read_typed::<GpuPolicy>(o).map(|p| Some(Arc::new(p)));
+    let mut fold = Fold::new(true);
+    fold.apply(Event::Init, &read);
+    fold.apply(Event::InitApply(policy(json!(8))), &read);
+    fold.apply(Event::InitDone, &read);
+    fold.apply(Event::Apply(policy(json!(-1))), &read);
+    let (_, kept) = fold.items().next().unwrap();
+    assert_eq!(kept.spec.admission.as_ref().unwrap().large_claim_gpus, 8);
+    // A relist keeps it too.
+    fold.apply(Event::Init, &read);
+    fold.apply(Event::InitApply(policy(json!(-1))), &read);
+    fold.apply(Event::InitDone, &read);
+    assert_eq!(fold.items().count(), 1);
+}
+
+#[test]
+fn pods_claims_and_nodes_are_kept_as_the_gate_needs_them() {
+    let r = GpuResources::default();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a", "labels": {"app": "x"},
+                     "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": true}]},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+        "status": {"phase": "Running"}});
+    let entry = read_pod(&pod, &r).unwrap().unwrap();
+    assert_eq!(entry.gpus, 4.0, "a controller's pod still holds its GPUs");
+    assert!(!entry.finished);
+    let cpu = json!({"metadata": {"name": "c", "namespace": "a"}, "spec": {"containers": [{"name": "c"}]}});
+    assert_eq!(read_pod(&cpu, &r).unwrap(), None);
+    let node = json!({"status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "8"}}});
+    assert!(node_has_gpus(&node, &r));
+    let no = json!({"status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "0"}}});
+    assert!(!node_has_gpus(&no, &r));
+    let deployment = json!({"metadata": {"name": "d", "namespace": "a"},
+        "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}});
+    let s = read_scalable(&deployment, "apps/v1", "Deployment", &r)
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.per_replica, 8.0);
+}

@@ -1,0 +1,321 @@
+//! The Prometheus HTTP source: any PromQL API (Prometheus, Thanos, Mimir). Pulls raw
+//! samples of the families gpu-reaper reads with range-vector instant queries
+//! (`FAMILY[chunk]` evaluated at the chunk's end): unlike `query_range`, these return the
+//! samples as scraped, without the 5-minute lookback that would paper over exporter gaps
+//! — a gap must stay a gap (invariant 1).
+//!
+//! IO lives here and only here; what comes back goes through the same [`TraceBuilder`]
+//! as an OpenMetrics file.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use prometheus_http_query::response::Data;
+use serde::Deserialize;
+
+use crate::telemetry::openmetrics::RawSample;
+use crate::telemetry::trace::{KNOWN_METRICS, ReadOptions, Trace, TraceBuilder};
+
+/// How to reach Prometheus.
+#[derive(Debug, Clone)]
+pub struct PrometheusConfig {
+    /// Base URL, e.g. `http://prometheus.monitoring:9090` (Thanos/Mimir: their query URL).
+    pub url: String,
+    /// Bearer token file, re-read on every request (projected tokens rotate).
+    pub bearer_token_file: Option<PathBuf>,
+    /// Basic auth: user and a file holding the password (re-read on every request).
+    pub basic_auth: Option<(String, PathBuf)>,
+    /// PEM bundle of extra CAs to trust.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain and private key (PEM) for servers that require mutual TLS.
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+    /// Accept any server certificate (testing only: anyone on the path can then answer).
+    pub insecure_skip_tls_verify: bool,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Retries of a failed request (connection errors, 429, 5xx), with backoff and jitter.
+    pub retries: u32,
+    /// Largest answer accepted, bytes.
+    pub max_response_bytes: usize,
+    /// Length of one range-vector query; shorter chunks mean smaller answers.
+    pub chunk: Duration,
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://localhost:9090".into(),
+            bearer_token_file: None,
+            basic_auth: None,
+            ca_file: None,
+            client_identity: None,
+            insecure_skip_tls_verify: false,
+            timeout: Duration::from_secs(30),
+            retries: 2,
+            max_response_bytes: 256 << 20,
+            chunk: Duration::from_secs(2 * 3600),
+        }
+    }
+}
+
+/// A query that failed, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("Prometheus at {url}: query `{query}` failed: {message}")]
+pub struct PrometheusError {
+    pub url: String,
+    pub query: String,
+    pub message: String,
+}
+
+/// A configured Prometheus client.
+pub struct PrometheusSource {
+    client: prometheus_http_query::Client,
+    config: PrometheusConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    status: String,
+    data: Option<Data>,
+    error_type: Option<String>,
+    error: Option<String>,
+}
+
+impl PrometheusSource {
+    /// Builds the HTTP client (TLS with the process' rustls provider and any extra CA).
+    pub fn new(config: PrometheusConfig) -> Result<Self, PrometheusError> {
+        let fail = |message: String| PrometheusError {
+            url: config.url.clone(),
+            query: String::new(),
+            message,
+        };
+        let mut builder = crate::http::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout);
+        if let Some(ca) = &config.ca_file {
+            builder = crate::http::trust_ca(builder, ca, "--prometheus-ca-file").map_err(fail)?;
+        }
+        if let Some((cert, key)) = &config.client_identity {
+            builder = crate::http::client_identity(
+                builder,
+                (cert, "--prometheus-client-cert-file"),
+                (key, "--prometheus-client-key-file"),
+            )
+            .map_err(fail)?;
+        }
+        if config.insecure_skip_tls_verify {
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| fail(format!("cannot build the HTTP client: {e}")))?;
+        let client = prometheus_http_query::Client::from(http, &config.url)
+            .map_err(|e| fail(format!("--prometheus-url is not a usable URL: {e}")))?;
+        Ok(Self { client, config })
+    }
+
+    /// Evaluates `query` at `time` (unix seconds), retrying transient failures.
+    pub async fn instant(&self, query: &str, time: i64) -> Result<Data, PrometheusError> {
+        self.instant_with(query, time, parse_answer).await
+    }
+
+    /// As [`Self::instant`], reading the answer's body with `parse`.
+    async fn instant_with<T>(
+        &self,
+        query: &str,
+        time: i64,
+        parse: impl Fn(u16, &[u8]) -> Result<T, (String, bool)>,
+    ) -> Result<T, PrometheusError> {
+        let fail = |message: String| PrometheusError {
+            url: self.config.url.clone(),
+            query: query.to_string(),
+            message,
+        };
+        let mut attempt = 0;
+        loop {
+            match self
+                .instant_once(query, time)
+                .await
+                .and_then(|(status, body)| parse(status, &body))
+            {
+                Ok(data) => return Ok(data),
+                Err((message, transient)) if transient && attempt < self.config.retries => {
+                    attempt += 1;
+                    let backoff = Duration::from_millis(200 * 2u64.pow(attempt)) + jitter();
+                    tracing::warn!(query, attempt, error = %message, "Prometheus query failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                }
+                Err((message, _)) => return Err(fail(message)),
+            }
+        }
+    }
+
+    /// One attempt: the answer's HTTP status and body. The flag says whether retrying
+    /// may help.
+    async fn instant_once(&self, query: &str, time: i64) -> Result<(u16, Vec<u8>), (String, bool)> {
+        let mut request = self
+            .client
+            .query(query)
+            .at(time)
+            .timeout(self.config.timeout.as_millis() as i64);
+        if let Some(path) = &self.config.bearer_token_file {
+            let token = std::fs::read_to_string(path).map_err(|e| {
+                (
+                    format!("cannot read the bearer token file {}: {e}", path.display()),
+                    false,
+                )
+            })?;
+            request = request.header(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {}", token.trim())
+                    .parse::<reqwest::header::HeaderValue>()
+                    .map_err(|e| {
+                        (
+                            format!("bearer token is not a valid header value: {e}"),
+                            false,
+                        )
+                    })?,
+            );
+        }
+        if let Some((user, password_file)) = &self.config.basic_auth {
+            use base64::Engine as _;
+            let password = std::fs::read_to_string(password_file).map_err(|e| {
+                (
+                    format!(
+                        "cannot read the basic-auth password file {}: {e}",
+                        password_file.display()
+                    ),
+                    false,
+                )
+            })?;
+            let credentials = base64::engine::general_purpose::STANDARD.encode(format!(
+                "{user}:{}",
+                password.trim_end_matches(['\n', '\r'])
+            ));
+            let value = format!("Basic {credentials}")
+                .parse::<reqwest::header::HeaderValue>()
+                .map_err(|e| {
+                    (
+                        format!("basic-auth credentials are not a valid header value: {e}"),
+                        false,
+                    )
+                })?;
+            request = request.header(reqwest::header::AUTHORIZATION, value);
+        }
+        let mut response = request.post_raw().await.map_err(|e| {
+            let message = describe(&e);
+            // A certificate problem does not go away on retry; say what fixes it.
+            let client_flags = (
+                "--prometheus-client-cert-file and --prometheus-client-key-file",
+                self.config.client_identity.is_some(),
+            );
+            if let Some(hint) =
+                crate::http::certificate_hint(&message, "--prometheus-ca-file", client_flags)
+            {
+                return (format!("{message} ({hint})"), false);
+            }
+            let transient = !matches!(e, prometheus_http_query::Error::ParseUrl(_));
+            (message, transient)
+        })?;
+        let status = response.status();
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > self.config.max_response_bytes {
+                        return Err((
+                            format!(
+                                "answer larger than {} bytes (raise --prometheus-max-response-bytes or shorten --prometheus-chunk)",
+                                self.config.max_response_bytes
+                            ),
+                            false,
+                        ));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => return Err((format!("reading the answer failed: {}", chain(&e)), true)),
+            }
+        }
+        Ok((status.as_u16(), body))
+    }
+
+    /// Pulls every family gpu-reaper reads between `from` and `to` (unix seconds) into a
+    /// [`Trace`], chunk by chunk.
+    pub async fn fetch_trace(
+        &self,
+        from: i64,
+        to: i64,
+        options: &ReadOptions,
+    ) -> Result<Trace, PrometheusError> {
+        self.fetch_families(from, to, KNOWN_METRICS, options).await
+    }
+
+    /// As [`Self::fetch_trace`], for some of the families only (e.g. the activity the
+    /// controller's start-up backfill needs).
+    pub async fn fetch_families(
+        &self,
+        from: i64,
+        to: i64,
+        families: &[&str],
+        options: &ReadOptions,
+    ) -> Result<Trace, PrometheusError> {
+        // A range selector covers (end - range, end]: start one second early so a
+        // sample exactly at `from` is included.
+        let (builder, _) = self.read_after(from - 1, to, families, "", options).await?;
+        builder.finish(&self.config.url).map_err(|e| PrometheusError {
+            url: self.config.url.clone(),
+            query: format!("{{__name__=~\"{}\"}}", families.join("|")),
+            message: format!(
+                "no samples between {} and {}: {} (is the DCGM exporter scraped, and is the time range right?)",
+                jiff::Timestamp::from_second(from).map(|t| t.to_string()).unwrap_or_default(),
+                jiff::Timestamp::from_second(to).map(|t| t.to_string()).unwrap_or_default(),
+                e.message
+            ),
+        })
+    }
+}
+
+mod answer;
+mod live;
+mod per_policy;
+
+pub use answer::{GpuVector, add_matrix, parse_answer, parse_vector, vector_by_gpu};
+pub use live::Refreshed;
+pub use per_policy::{LiveSettings, Observations};
+
+fn describe(e: &prometheus_http_query::Error) -> String {
+    match e {
+        prometheus_http_query::Error::Client(c) => chain(c),
+        other => other.to_string(),
+    }
+}
+
+/// An error with its causes, so "connection refused" is not lost behind "request failed".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn jitter() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    Duration::from_millis(u64::from(nanos % 200))
+}
+
+#[cfg(test)]
+mod tests;
