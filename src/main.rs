@@ -17,8 +17,8 @@ fn main() -> ExitCode {
         Command::Crd => gpu_reaper::api::crds_yaml()
             .map(|y| print!("{y}"))
             .map_err(gpu_reaper::Error::from),
-        Command::Backtest(args) => gpu_reaper::report::backtest::run(&args),
-        Command::Audit(args) => gpu_reaper::report::audit::run(&args),
+        Command::Backtest(args) => gpu_reaper::commands::backtest::run(&args),
+        Command::Audit(args) => gpu_reaper::commands::audit::run(&args),
         Command::Webhook(args) => gpu_reaper::admission::webhook::run(&args),
         Command::Attest(args) => gpu_reaper::admission::approve::run(&args),
         Command::Check(args) => gpu_reaper::admission::check::run(&args),

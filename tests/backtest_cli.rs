@@ -409,7 +409,7 @@ fn a_real_trace_with_an_idle_tail_is_warned_and_reclaimed_from_its_last_busy_sam
     );
     let policy = tmp(
         "evict.yaml",
-        &gpu_reaper::report::backtest::SAMPLE_POLICY.replace("type: ScaleToZero", "type: Evict"),
+        &gpu_reaper::commands::backtest::SAMPLE_POLICY.replace("type: ScaleToZero", "type: Evict"),
     );
     let o = run(&[
         "backtest",

@@ -955,7 +955,7 @@ fn on_production_traffic_a_cold_start_regrets_no_more_than_acting_after_four_hou
         "policy",
     )
     .unwrap();
-    let trace = gpu_reaper::report::backtest::load_trace(
+    let trace = gpu_reaper::commands::backtest::load_trace(
         Some(&production(
             "alibaba-genai26-dev__72-inference-pods__dcgm-ksm.om.gz",
         )),

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use clap::Parser;
 use gpu_reaper::cli::{Cli, Command as Cmd};
-use gpu_reaper::report::backtest::{SAMPLE_TRACE_GZ, execute};
+use gpu_reaper::commands::backtest::{SAMPLE_TRACE_GZ, execute};
 use serde_json::Value;
 
 #[test]

@@ -1,8 +1,12 @@
-//! What every command's edge shares: the tokio runtimes, the typed Prometheus settings
-//! and durations from the flags. Used by `backtest`, `audit`, the controller, the webhook,
-//! `attest` and `wake`; nothing here reads a file or the cluster.
+//! The commands' edges: `backtest` and `audit` (files, Prometheus and the API server in,
+//! the pure reports out), and what every command's edge shares: the tokio runtimes, the
+//! typed Prometheus settings and durations from the flags (used by the controller, the
+//! webhook, `attest` and `wake` too).
 
 use jiff::SignedDuration;
+
+pub mod audit;
+pub mod backtest;
 
 use crate::cli::PrometheusArgs;
 use crate::telemetry::prometheus::PrometheusConfig;

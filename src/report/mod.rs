@@ -1,7 +1,7 @@
-//! Reports: turning backtest (and later audit) results into a table for people, JSON and
-//! CSV for tools, and an SVG timeline. Pure string building; the CLI edge writes files.
+//! Reports, PURE: backtest results as a table for people, JSON and CSV for tools, and an
+//! SVG timeline; the audit's attribution, summary and readiness checklist. Files, the
+//! cluster and Prometheus are the commands' edges (`commands::backtest`, `commands::audit`).
 
 pub mod audit;
-pub mod backtest;
 pub mod render;
 pub mod svg;
