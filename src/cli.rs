@@ -1,9 +1,66 @@
 //! Command line: clap derive, every flag also readable from a `GPU_REAPER_…` environment
-//! variable. Parsing only; typed configuration is built by the subcommands.
+//! variable. Durations and times are parsed here, by clap value parsers ([`duration`],
+//! [`positive_duration`], [`timestamp`], [`since`]): a bad value is refused before any
+//! command runs, with clap's message naming the flag and ours saying what to write.
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use jiff::{SignedDuration, Timestamp};
+
+/// A Go-style duration (`90s`, `1m`, `2h30m`), not negative.
+pub fn duration(text: &str) -> Result<SignedDuration, String> {
+    let d: kube::core::Duration = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration ({e}); write e.g. 1m, 90s, 2h"))?;
+    if d.is_negative() {
+        return Err(format!("{text:?} must not be negative"));
+    }
+    let std: std::time::Duration = d.into();
+    SignedDuration::try_from(std).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// A Go-style duration longer than 0s.
+pub fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = duration(text)?;
+    if d.is_zero() {
+        return Err(format!("{text:?} must be longer than 0s, e.g. 30s"));
+    }
+    Ok(d.unsigned_abs())
+}
+
+/// An RFC 3339 time.
+pub fn timestamp(text: &str) -> Result<Timestamp, String> {
+    text.parse()
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time ({e}), e.g. 2026-11-02T08:00:00Z"))
+}
+
+/// The start of a period: a time, or a duration back from its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    At(Timestamp),
+    Ago(SignedDuration),
+}
+
+impl Since {
+    /// The start, given the period's end.
+    pub fn before(self, end: Timestamp) -> Timestamp {
+        match self {
+            Since::At(t) => t,
+            Since::Ago(d) => end - d,
+        }
+    }
+}
+
+/// An RFC 3339 time or a Go-style duration (`24h`: that long before the end).
+pub fn since(text: &str) -> Result<Since, String> {
+    match text.parse::<Timestamp>() {
+        Ok(t) => Ok(Since::At(t)),
+        Err(_) => duration(text)
+            .map(Since::Ago)
+            .map_err(|e| format!("{e}, or an RFC 3339 time such as 2026-11-02T08:00:00Z")),
+    }
+}
 
 /// gpu-reaper: find idle GPUs, warn their owners, reclaim what stays idle.
 #[derive(Parser, Debug)]
@@ -262,16 +319,18 @@ pub struct WebhookArgs {
     #[arg(
         long,
         env = "GPU_REAPER_WEBHOOK_TLS_RELOAD_INTERVAL",
-        default_value = "10s"
+        default_value = "10s",
+        value_parser = positive_duration
     )]
-    pub tls_reload_interval: String,
+    pub tls_reload_interval: std::time::Duration,
     /// Most time between a change in the cluster and the decisions seeing it (Go duration).
     #[arg(
         long,
         env = "GPU_REAPER_WEBHOOK_CACHE_DEBOUNCE",
-        default_value = "100ms"
+        default_value = "100ms",
+        value_parser = positive_duration
     )]
-    pub cache_debounce: String,
+    pub cache_debounce: std::time::Duration,
     #[command(flatten)]
     pub gpus: GpuCountArgs,
 }
@@ -334,8 +393,8 @@ pub struct CheckArgs {
     #[arg(long = "namespace-label")]
     pub namespace_labels: Vec<String>,
     /// Decide as of this time (RFC 3339) instead of now.
-    #[arg(long)]
-    pub now: Option<String>,
+    #[arg(long, value_parser = timestamp)]
+    pub now: Option<Timestamp>,
     /// Nodes that offer GPUs, for DaemonSets (one pod on each). Absent: a DaemonSet that
     /// asks for GPUs is an open-ended claim.
     #[arg(long)]
@@ -403,11 +462,11 @@ pub struct PrometheusArgs {
     )]
     pub prometheus_insecure_skip_tls_verify: bool,
     /// Per-request timeout (Go duration).
-    #[arg(long, default_value = "30s", env = "GPU_REAPER_PROMETHEUS_TIMEOUT")]
-    pub prometheus_timeout: String,
+    #[arg(long, default_value = "30s", env = "GPU_REAPER_PROMETHEUS_TIMEOUT", value_parser = positive_duration)]
+    pub prometheus_timeout: std::time::Duration,
     /// Length of history pulled per query (Go duration); shorter keeps answers small.
-    #[arg(long, default_value = "2h", env = "GPU_REAPER_PROMETHEUS_CHUNK")]
-    pub prometheus_chunk: String,
+    #[arg(long, default_value = "2h", env = "GPU_REAPER_PROMETHEUS_CHUNK", value_parser = positive_duration)]
+    pub prometheus_chunk: std::time::Duration,
     /// Largest Prometheus answer accepted, bytes.
     #[arg(long, default_value_t = 256 << 20, env = "GPU_REAPER_PROMETHEUS_MAX_RESPONSE_BYTES")]
     pub prometheus_max_response_bytes: usize,
@@ -428,11 +487,11 @@ pub struct AuditArgs {
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
     /// How far back to look (Go duration), or a start time (RFC 3339).
-    #[arg(long, default_value = "24h", env = "GPU_REAPER_SINCE")]
-    pub since: String,
+    #[arg(long, default_value = "24h", env = "GPU_REAPER_SINCE", value_parser = since)]
+    pub since: Since,
     /// End of the audited period (RFC 3339); default now.
-    #[arg(long, env = "GPU_REAPER_TO")]
-    pub to: Option<String>,
+    #[arg(long, env = "GPU_REAPER_TO", value_parser = timestamp)]
+    pub to: Option<Timestamp>,
     /// Attribute GPU-hours to workloads as this cluster's API server resolves them
     /// (owner chains through Deployments, Jobs, Notebooks, RayClusters, …), not from
     /// kube-state-metrics alone. Read-only: lists pods and their owners.
@@ -467,11 +526,11 @@ pub struct BacktestArgs {
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
     /// Start of the history pulled from Prometheus: RFC 3339, or a Go duration before --to.
-    #[arg(long, default_value = "24h", env = "GPU_REAPER_FROM")]
-    pub from: String,
+    #[arg(long, default_value = "24h", env = "GPU_REAPER_FROM", value_parser = since)]
+    pub from: Since,
     /// End of the history pulled from Prometheus: RFC 3339 (default: now).
-    #[arg(long, env = "GPU_REAPER_TO")]
-    pub to: Option<String>,
+    #[arg(long, env = "GPU_REAPER_TO", value_parser = timestamp)]
+    pub to: Option<Timestamp>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table, env = "GPU_REAPER_FORMAT")]
     pub format: OutputFormat,
@@ -479,19 +538,19 @@ pub struct BacktestArgs {
     #[arg(long, env = "GPU_REAPER_SVG")]
     pub svg: Option<PathBuf>,
     /// Evaluation step, as the controller's `--interval` (Go duration).
-    #[arg(long, default_value = "1m", env = "GPU_REAPER_STEP")]
-    pub step: String,
+    #[arg(long, default_value = "1m", env = "GPU_REAPER_STEP", value_parser = duration)]
+    pub step: SignedDuration,
     /// An action is a regret if activity resumes within this long (Go duration).
-    #[arg(long, default_value = "2h", env = "GPU_REAPER_REGRET_HORIZON")]
-    pub regret_horizon: String,
+    #[arg(long, default_value = "2h", env = "GPU_REAPER_REGRET_HORIZON", value_parser = duration)]
+    pub regret_horizon: SignedDuration,
     /// Skip metric families gpu-reaper does not read instead of failing on them.
     #[arg(long, env = "GPU_REAPER_SKIP_UNKNOWN_METRICS")]
     pub skip_unknown_metrics: bool,
     /// Let the first part of the trace only teach the idle history, as the controller's
     /// --history-backfill does at start-up: nothing is warned, acted on or counted in it
     /// (with --sweep: for every variant). Go duration, e.g. 24h.
-    #[arg(long, default_value = "0s", env = "GPU_REAPER_WARMUP")]
-    pub warmup: String,
+    #[arg(long, default_value = "0s", env = "GPU_REAPER_WARMUP", value_parser = duration)]
+    pub warmup: SignedDuration,
     /// Replay the policy over a range of fixed idle durations and resumption-risk levels,
     /// beside other tools' fixed rules, and report reclaimed GPU-hours against regret rate
     /// for each (with --svg: the frontier chart).
@@ -515,4 +574,58 @@ pub enum OutputFormat {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_times_and_starts_are_typed_by_their_parsers() {
+        assert_eq!(duration("1h30m"), Ok(SignedDuration::from_mins(90)));
+        assert!(duration("soon").unwrap_err().contains("write e.g. 1m"));
+        assert!(duration("-5m").unwrap_err().contains("negative"));
+        assert_eq!(
+            positive_duration("250ms"),
+            Ok(std::time::Duration::from_millis(250))
+        );
+        assert!(
+            positive_duration("0s")
+                .unwrap_err()
+                .contains("longer than 0s")
+        );
+        let t: Timestamp = "2026-11-02T08:00:00Z".parse().unwrap();
+        assert_eq!(timestamp("2026-11-02T08:00:00Z"), Ok(t));
+        assert!(timestamp("noon").unwrap_err().contains("RFC 3339"));
+        assert_eq!(since("2026-11-02T08:00:00Z"), Ok(Since::At(t)));
+        assert_eq!(
+            since("2h").map(|s| s.before(t)),
+            Ok(t - SignedDuration::from_hours(2))
+        );
+        assert!(since("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+
+    #[test]
+    fn the_flags_parse_into_their_types() {
+        let cli = Cli::try_parse_from([
+            "gpu-reaper",
+            "backtest",
+            "--step",
+            "30s",
+            "--from",
+            "6h",
+            "--prometheus-chunk",
+            "30m",
+        ])
+        .unwrap();
+        let Command::Backtest(args) = cli.command else {
+            panic!("backtest")
+        };
+        assert_eq!(args.step, SignedDuration::from_secs(30));
+        assert_eq!(args.from, Since::Ago(SignedDuration::from_hours(6)));
+        assert_eq!(
+            args.prometheus.prometheus_chunk,
+            std::time::Duration::from_secs(1800)
+        );
+    }
 }

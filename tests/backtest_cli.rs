@@ -288,8 +288,27 @@ fn unknown_metrics_and_backwards_timestamps_are_reported_with_their_line() {
 
 #[test]
 fn bad_flags_name_the_flag() {
-    let e = stderr(&run(&["backtest", "--step", "fast"]));
-    assert!(e.contains("--step") && e.contains("\"fast\""), "{e}");
+    let o = run(&["backtest", "--step", "fast"]);
+    assert_eq!(o.status.code(), Some(2), "refused before the command runs");
+    let e = stderr(&o);
+    assert!(
+        e.contains("--step") && e.contains("\"fast\"") && e.contains("write e.g. 1m"),
+        "{e}"
+    );
+    let e = stderr(&run(&["backtest", "--warmup=-1h"]));
+    assert!(e.contains("--warmup") && e.contains("negative"), "{e}");
+    let e = stderr(&run(&["backtest", "--prometheus-timeout", "0s"]));
+    assert!(
+        e.contains("--prometheus-timeout") && e.contains("longer than 0s"),
+        "{e}"
+    );
+    let e = stderr(&run(&["backtest", "--from", "yesterday"]));
+    assert!(e.contains("--from") && e.contains("RFC 3339"), "{e}");
+    let e = stderr(&run(&["audit", "--to", "noon"]));
+    assert!(
+        e.contains("--to") && e.contains("2026-11-02T08:00:00Z"),
+        "{e}"
+    );
     let e = stderr(&run(&["backtest", "--trace", "/nonexistent/trace.om"]));
     assert!(e.contains("/nonexistent/trace.om"), "{e}");
 }

@@ -1,7 +1,6 @@
 //! `gpu-reaper webhook`: wires the caches, the TLS server and the probe server together.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 
@@ -9,7 +8,6 @@ use super::decide::Settings;
 use super::metrics::Metrics;
 use super::server::{self, AppState, CertReloader, SnapshotCell};
 use crate::cli::{GpuCountArgs, WebhookArgs};
-use crate::commands::parse_duration;
 use crate::gpus::GpuResources;
 use crate::{Error, Result};
 
@@ -45,23 +43,11 @@ pub fn settings(args: &GpuCountArgs) -> Result<Settings> {
     })
 }
 
-fn std_duration(flag: &'static str, text: &str) -> Result<Duration> {
-    let d = parse_duration(flag, text)?;
-    let d = d.unsigned_abs();
-    if d.is_zero() {
-        return Err(Error::InvalidArgument {
-            flag,
-            message: format!("{text:?} must be longer than 0s"),
-        });
-    }
-    Ok(d)
-}
-
 /// Runs the webhook until SIGTERM or Ctrl-C.
 pub fn run(args: &WebhookArgs) -> Result<()> {
     let settings = Arc::new(settings(&args.gpus)?);
-    let reload_every = std_duration("tls-reload-interval", &args.tls_reload_interval)?;
-    let debounce = std_duration("cache-debounce", &args.cache_debounce)?;
+    let reload_every = args.tls_reload_interval;
+    let debounce = args.cache_debounce;
     let certs =
         Arc::new(CertReloader::load(&args.tls_cert, &args.tls_key).map_err(Error::Webhook)?);
     let tls = server::tls_config(certs.clone()).map_err(Error::Webhook)?;

@@ -12,7 +12,7 @@ use crate::telemetry::trace::ReadOptions;
 /// Runs the command and prints the report.
 pub fn run(args: &AuditArgs) -> Result<()> {
     if args.check {
-        let (from, to) = time_range(&args.since, None)?;
+        let (from, to) = time_range(args.since, None)?;
         let report = crate::commands::block_on(readiness(&args.prometheus, to - from, to))??;
         print!("{}", report.render());
         return if report.ready() {
@@ -22,7 +22,7 @@ pub fn run(args: &AuditArgs) -> Result<()> {
         };
     }
     let policy = load_policy(args.policy.as_deref())?;
-    let (from, to) = time_range(&args.since, args.to.as_deref())?;
+    let (from, to) = time_range(args.since, args.to)?;
     let mut trace = fetch_trace(
         &args.prometheus,
         from,

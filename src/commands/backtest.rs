@@ -6,12 +6,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use flate2::read::GzDecoder;
-use jiff::SignedDuration;
+use jiff::{SignedDuration, Timestamp};
 
 use crate::api::GpuPolicy;
 use crate::api::validate::parse_resource;
 use crate::backtest::{self, BacktestOptions};
-use crate::cli::{BacktestArgs, OutputFormat, PrometheusArgs};
+use crate::cli::{BacktestArgs, OutputFormat, PrometheusArgs, Since};
 use crate::error::{Error, Result};
 use crate::telemetry::prometheus::PrometheusSource;
 use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
@@ -30,9 +30,7 @@ pub fn run(args: &BacktestArgs) -> Result<()> {
 
 /// Runs the command and returns what it prints.
 pub fn execute(args: &BacktestArgs) -> Result<String> {
-    let step = parse_duration("step", &args.step)?;
-    let regret_horizon = parse_duration("regret-horizon", &args.regret_horizon)?;
-    let warmup = parse_duration("warmup", &args.warmup)?;
+    let (step, regret_horizon, warmup) = (args.step, args.regret_horizon, args.warmup);
     if step.as_secs() < 1 {
         return Err(Error::InvalidArgument {
             flag: "step",
@@ -47,7 +45,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
     };
     let trace = match (&args.prometheus.prometheus_url, &args.synthetic) {
         (Some(_), _) => {
-            let (from, to) = time_range(&args.from, args.to.as_deref())?;
+            let (from, to) = time_range(args.from, args.to)?;
             fetch_trace(&args.prometheus, from, to, &options)?
         }
         (None, Some(mix)) => synthetic_trace(mix, &options)?,
@@ -182,22 +180,11 @@ pub fn synthetic_trace(spec: &str, options: &ReadOptions) -> Result<Trace> {
     )?)
 }
 
-/// `--from` (RFC 3339, or a duration before `--to`) and `--to` (RFC 3339, default now)
-/// as unix seconds.
-pub fn time_range(from: &str, to: Option<&str>) -> Result<(i64, i64)> {
-    let to = match to {
-        Some(t) => t
-            .parse::<jiff::Timestamp>()
-            .map_err(|e| Error::InvalidArgument {
-                flag: "to",
-                message: format!("{t:?} is not an RFC 3339 time ({e}), e.g. 2026-11-02T08:00:00Z"),
-            })?,
-        None => jiff::Timestamp::now(),
-    };
-    let from = match from.parse::<jiff::Timestamp>() {
-        Ok(t) => t,
-        Err(_) => to - parse_duration("from", from)?,
-    };
+/// `--from`/`--since` (a time, or a duration before the end) and `--to` (default now) as
+/// unix seconds.
+pub fn time_range(from: Since, to: Option<Timestamp>) -> Result<(i64, i64)> {
+    let to = to.unwrap_or_else(Timestamp::now);
+    let from = from.before(to);
     if from >= to {
         return Err(Error::InvalidArgument {
             flag: "from",
@@ -218,7 +205,7 @@ pub fn fetch_trace(
     Ok(block_on(source.fetch_trace(from, to, options))??)
 }
 
-use crate::commands::{block_on, parse_duration, prometheus_config, workload_labels};
+use crate::commands::{block_on, prometheus_config, workload_labels};
 
 /// The policy from `path`, or the bundled sample.
 pub fn load_policy(path: Option<&Path>) -> Result<GpuPolicy> {

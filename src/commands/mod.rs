@@ -53,16 +53,6 @@ pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
             flag: "prometheus-url",
             message: "is required, e.g. http://prometheus.monitoring:9090".into(),
         })?;
-    let positive = |flag: &'static str, text: &str| -> Result<std::time::Duration> {
-        let d = parse_duration(flag, text)?;
-        if d.as_millis() <= 0 {
-            return Err(Error::InvalidArgument {
-                flag,
-                message: format!("{text:?} must be longer than 0s"),
-            });
-        }
-        Ok(d.unsigned_abs())
-    };
     Ok(PrometheusConfig {
         url,
         bearer_token_file: args.prometheus_bearer_token_file.clone(),
@@ -76,28 +66,14 @@ pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
             .clone()
             .zip(args.prometheus_client_key_file.clone()),
         insecure_skip_tls_verify: args.prometheus_insecure_skip_tls_verify,
-        timeout: positive("prometheus-timeout", &args.prometheus_timeout)?,
+        timeout: args.prometheus_timeout,
         retries: args.prometheus_retries,
         max_response_bytes: args.prometheus_max_response_bytes,
-        chunk: positive("prometheus-chunk", &args.prometheus_chunk)?,
+        chunk: args.prometheus_chunk,
     })
 }
 
 /// A Go-style duration flag (`90s`, `1h30m`), not negative.
 pub fn parse_duration(flag: &'static str, text: &str) -> Result<SignedDuration> {
-    let d: kube::core::Duration = text.parse().map_err(|e| Error::InvalidArgument {
-        flag,
-        message: format!("{text:?} is not a duration ({e}); write e.g. 1m, 90s, 2h"),
-    })?;
-    if d.is_negative() {
-        return Err(Error::InvalidArgument {
-            flag,
-            message: format!("{text:?} must not be negative"),
-        });
-    }
-    let std: std::time::Duration = d.into();
-    SignedDuration::try_from(std).map_err(|e| Error::InvalidArgument {
-        flag,
-        message: e.to_string(),
-    })
+    crate::cli::duration(text).map_err(|message| Error::InvalidArgument { flag, message })
 }
