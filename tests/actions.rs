@@ -11,7 +11,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::sync::Mutex;
 
 use common::cluster::{Cluster, PATIENCE, cluster, wait_until};
@@ -24,8 +23,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, WatchEvent, WatchParams};
 use serde_json::{Value, json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
 fn now() -> Timestamp {
     "2026-11-29T12:00:00Z".parse().unwrap()
@@ -274,21 +271,12 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
     );
 
     // `gpu-reaper wake` with kubectl's kubeconfig.
-    let out = tokio::process::Command::new(BIN)
-        .args(["wake", &format!("{}/Deployment/chat", ns.name)])
-        .env("KUBECONFIG", &ns.cluster.kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
+        common::wake(
+            &ns.cluster.kubeconfig,
+            &format!("{}/Deployment/chat", ns.name)
+        )
+        .await,
         format!("scaled {}/Deployment/chat back to 3 replicas", ns.name)
     );
     let woken = ns.get("deployments.apps", "chat");

@@ -230,17 +230,7 @@ fn count_events(sim: &KubeSim, name: &str, reason: &str) -> i64 {
 }
 
 async fn wake(sim: &KubeSim, name: &str) {
-    let out = tokio::process::Command::new(BIN)
-        .args(["wake", &format!("ml/Deployment/{name}")])
-        .env("KUBECONFIG", sim.kubeconfig_path())
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::wake(sim.kubeconfig_path(), &format!("ml/Deployment/{name}")).await;
 }
 
 fn condition(sim: &KubeSim, type_: &str) -> Value {

@@ -144,6 +144,23 @@ pub fn http_ok(port: u16, path: &str) -> bool {
 pub mod cluster;
 pub mod scenario;
 
+/// `gpu-reaper wake TARGET` against the API server of `kubeconfig`; panics with its stderr
+/// unless it succeeds, and returns what it printed.
+pub async fn wake(kubeconfig: &std::path::Path, target: &str) -> String {
+    let out = tokio::process::Command::new(scenario::BIN)
+        .args(["wake", target])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "wake {target}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// RFC 3339 of `minutes` after `t0` (epoch seconds).
 pub fn at(t0: i64, minutes: i64) -> String {
     jiff::Timestamp::from_second(t0 + minutes * 60)
