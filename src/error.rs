@@ -42,6 +42,9 @@ pub enum Error {
     /// The webhook could not start or stopped.
     #[error("webhook: {0}")]
     Webhook(String),
+    /// The webhook's serving certificate could not be loaded.
+    #[error("webhook: {}", chain(.0))]
+    Certificate(#[from] crate::admission::server::CertError),
     /// The controller could not start or evaluate.
     #[error("controller: {0}")]
     Controller(String),
@@ -73,6 +76,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Denied(_) => "denied",
             Error::Webhook(_) => "webhook",
+            Error::Certificate(_) => "certificate",
             Error::Controller(_) => "controller",
         }
     }
@@ -81,6 +85,15 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::InvalidResource(_) | Error::Trace(_) | Error::InvalidArgument { .. } => 2,
+            // Files named by --tls-cert/--tls-key that are missing or wrong: the user's fix.
+            Error::Certificate(e) => {
+                use crate::admission::server::CertError;
+                if matches!(e, CertError::Poisoned | CertError::Config(_)) {
+                    1
+                } else {
+                    2
+                }
+            }
             Error::Io { .. }
             | Error::Serialize(_)
             | Error::Prometheus(_)
@@ -95,3 +108,18 @@ impl Error {
 
 /// Result with gpu-reaper's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error with its causes, so "connection refused" is not lost behind "request failed".
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

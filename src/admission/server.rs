@@ -204,30 +204,76 @@ impl std::fmt::Debug for CertReloader {
     }
 }
 
-fn load_pair(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, CertifiedKey), String> {
-    let cert_pem = std::fs::read(cert_path)
-        .map_err(|e| format!("cannot read certificate {}: {e}", cert_path.display()))?;
-    let key_pem = std::fs::read(key_path)
-        .map_err(|e| format!("cannot read key {}: {e}", key_path.display()))?;
+/// Why the serving certificate could not be loaded: each names the file, and keeps the
+/// error underneath as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("cannot read {what} {}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not a PEM certificate chain", path.display())]
+    NotPemChain {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{}: no CERTIFICATE block found", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{}: not a PEM private key", path.display())]
+    NotPemKey {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{} and {} do not form a usable pair", cert.display(), key.display())]
+    NotAPair {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("the TLS settings were refused")]
+    Config(#[source] rustls::Error),
+    #[error("the certificate in use could not be locked (a reload panicked)")]
+    Poisoned,
+}
+
+fn load_pair(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, CertifiedKey), CertError> {
+    let read = |what, path: &Path| {
+        std::fs::read(path).map_err(|source| CertError::Read {
+            what,
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let cert_pem = read("certificate", cert_path)?;
+    let key_pem = read("key", key_path)?;
     let certs = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: not a PEM certificate chain: {e}", cert_path.display()))?;
+        .map_err(|source| CertError::NotPemChain {
+            path: cert_path.to_path_buf(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "{}: no CERTIFICATE block found",
-            cert_path.display()
-        ));
+        return Err(CertError::NoCertificate {
+            path: cert_path.to_path_buf(),
+        });
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| format!("{}: not a PEM private key: {e}", key_path.display()))?;
-    let provider = rustls::crypto::ring::default_provider();
-    let certified = CertifiedKey::from_der(certs, key, &provider).map_err(|e| {
-        format!(
-            "{} and {} do not form a usable pair: {e}",
-            cert_path.display(),
-            key_path.display()
-        )
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| CertError::NotPemKey {
+        path: key_path.to_path_buf(),
+        source,
     })?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified =
+        CertifiedKey::from_der(certs, key, &provider).map_err(|source| CertError::NotAPair {
+            cert: cert_path.to_path_buf(),
+            key: key_path.to_path_buf(),
+            source,
+        })?;
     let mut fingerprint = cert_pem;
     fingerprint.extend_from_slice(&key_pem);
     Ok((fingerprint, certified))
@@ -235,7 +281,7 @@ fn load_pair(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, CertifiedKey
 
 impl CertReloader {
     /// Loads the pair once; an error names the file and what is wrong with it.
-    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self, String> {
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self, CertError> {
         let (fingerprint, key) = load_pair(cert_path, key_path)?;
         Ok(Self {
             cert_path: cert_path.to_path_buf(),
@@ -245,12 +291,9 @@ impl CertReloader {
     }
 
     /// Re-reads the files; `Ok(true)` when a new pair was installed.
-    pub fn reload(&self) -> Result<bool, String> {
+    pub fn reload(&self) -> Result<bool, CertError> {
         let (fingerprint, key) = load_pair(&self.cert_path, &self.key_path)?;
-        let mut current = self
-            .current
-            .write()
-            .map_err(|_| "lock poisoned".to_string())?;
+        let mut current = self.current.write().map_err(|_| CertError::Poisoned)?;
         if current.0 == fingerprint {
             return Ok(false);
         }
@@ -280,7 +323,7 @@ impl CertReloader {
                         .tls_reloads
                         .get_or_create(&ResultLabels { result: "error" })
                         .inc();
-                    tracing::warn!(error = %e, "serving certificate not reloaded; still serving the previous one");
+                    tracing::warn!(error = %crate::error::chain(&e), "serving certificate not reloaded; still serving the previous one");
                 }
                 Err(e) => tracing::warn!(error = %e, "certificate reload task failed"),
             }
@@ -295,11 +338,11 @@ impl ResolvesServerCert for CertReloader {
 }
 
 /// A rustls server config that serves whatever `certs` holds, HTTP/1.1 only.
-pub fn tls_config(certs: Arc<CertReloader>) -> Result<Arc<rustls::ServerConfig>, String> {
+pub fn tls_config(certs: Arc<CertReloader>) -> Result<Arc<rustls::ServerConfig>, CertError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(CertError::Config)?
         .with_no_client_auth()
         .with_cert_resolver(certs);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -353,5 +396,42 @@ pub async fn serve_tls(
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_wrong_certificate_names_the_file_and_keeps_the_cause() {
+        let dir = std::env::temp_dir().join(format!("gpu-reaper-cert-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let e = CertReloader::load(&cert, &key).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CertError::Read {
+                    what: "certificate",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let io = std::error::Error::source(&e)
+            .expect("the io error is kept")
+            .to_string();
+        let shown = crate::Error::from(e).to_string();
+        assert!(
+            shown.contains(&cert.display().to_string()) && shown.contains(&io),
+            "{shown}"
+        );
+        std::fs::write(&cert, "not pem").unwrap();
+        std::fs::write(&key, "not pem").unwrap();
+        let e = CertReloader::load(&cert, &key).unwrap_err();
+        assert!(matches!(e, CertError::NoCertificate { .. }), "{e:?}");
+        assert_eq!(crate::Error::from(e).exit_code(), 2, "the user's fix");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

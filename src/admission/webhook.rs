@@ -48,9 +48,8 @@ pub fn run(args: &WebhookArgs) -> Result<()> {
     let settings = Arc::new(settings(&args.gpus)?);
     let reload_every = args.tls_reload_interval;
     let debounce = args.cache_debounce;
-    let certs =
-        Arc::new(CertReloader::load(&args.tls_cert, &args.tls_key).map_err(Error::Webhook)?);
-    let tls = server::tls_config(certs.clone()).map_err(Error::Webhook)?;
+    let certs = Arc::new(CertReloader::load(&args.tls_cert, &args.tls_key)?);
+    let tls = server::tls_config(certs.clone())?;
     let runtime = crate::commands::multi_thread_runtime()?;
     runtime.block_on(async move {
         let client = kube::Client::try_default().await.map_err(|source| Error::Kube {

@@ -237,7 +237,12 @@ impl PrometheusSource {
                     body.extend_from_slice(&chunk);
                 }
                 Ok(None) => break,
-                Err(e) => return Err((format!("reading the answer failed: {}", chain(&e)), true)),
+                Err(e) => {
+                    return Err((
+                        format!("reading the answer failed: {}", crate::error::chain(&e)),
+                        true,
+                    ));
+                }
             }
         }
         Ok((status.as_u16(), body))
@@ -289,24 +294,9 @@ pub use per_policy::{LiveSettings, Observations};
 
 fn describe(e: &prometheus_http_query::Error) -> String {
     match e {
-        prometheus_http_query::Error::Client(c) => chain(c),
+        prometheus_http_query::Error::Client(c) => crate::error::chain(c),
         other => other.to_string(),
     }
-}
-
-/// An error with its causes, so "connection refused" is not lost behind "request failed".
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 fn jitter() -> Duration {
