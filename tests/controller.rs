@@ -5,7 +5,9 @@
 //! --once --now …` binary run at chosen instants (a controllable clock: no test waits for
 //! an idle hour to pass). Each test has a namespace, a policy (selected by
 //! `--policy-selector`) and a Lease of its own, so they run side by side on one cluster
-//! (tests/common/scenario.rs).
+//! (tests/common/scenario.rs). What needs no process of its own (one cycle's outcome,
+//! memory kept between cycles, the leadership flag) runs the stages in-process through
+//! `Context::test` with the same flags, at the end of this file.
 
 mod common;
 
@@ -13,6 +15,8 @@ use std::process::Stdio;
 
 use common::cluster::{cluster, wait_until};
 use common::scenario::{BIN, H100, Scenario, Workload, deployment, job};
+use gpu_reaper::controller::context::{Context, Memory};
+use gpu_reaper::controller::{audit_memory, cycle};
 use serde_json::{Value, json};
 
 /// The rest of a test policy's spec.
@@ -430,24 +434,6 @@ async fn only_the_lease_holder_acts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prometheus_down_marks_the_policy_degraded_and_acts_on_nothing() {
-    let mut s = setup("down", "Enforce");
-    s.prometheus.url = "http://127.0.0.1:9".into();
-    let (ok, log) = s.cycle(125, "a").await;
-    assert!(ok, "{log}");
-    assert_eq!(s.deployment("chat")["spec"]["replicas"], 1);
-    let status = s.policy_status();
-    let degraded = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Degraded")
-        .unwrap();
-    assert_eq!(degraded["status"], "True", "{status}");
-    assert_eq!(degraded["reason"], "TelemetryUnavailable");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_once_the_leader_stops_renewing() {
     let s = setup("handover", "Enforce");
     let (ok, log) = s.cycle_with(95, "replica-a", "1s", &[]).await;
@@ -464,40 +450,6 @@ async fn a_standby_takes_over_once_the_leader_stops_renewing() {
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
     // The new leader carries on from the annotations: the warning replica-a wrote counts.
     assert_eq!(s.deployment("chat")["spec"]["replicas"], 0, "{log}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_next_cycle() {
-    let s = setup("resume", "Enforce");
-    // What a run killed between its two writes leaves behind.
-    s.annotate_deployment(
-        "chat",
-        &[
-            r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
-            "gpureaper.io/reaped-action=ScaleToZero",
-            &format!("gpureaper.io/reaped-at={}", s.at(124)),
-        ],
-    );
-    let (ok, log) = s.cycle(126, "a").await;
-    assert!(ok, "{log}");
-    let d = s.deployment("chat");
-    assert_eq!(d["spec"]["replicas"], 0, "{log}");
-    let restore: Value = serde_json::from_str(
-        d["metadata"]["annotations"]["gpureaper.io/restore"]
-            .as_str()
-            .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(
-        restore,
-        json!({"replicas": 1, "state": "done"}),
-        "the restore record survived"
-    );
-    assert_eq!(
-        d["metadata"]["annotations"]["gpureaper.io/reaped-at"],
-        s.at(124),
-        "one action, not two"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -865,4 +817,247 @@ async fn max_per_hour_counts_an_action_whose_pods_are_already_gone() {
     let (ok, log) = s.cycle(186, "a").await;
     assert!(ok, "{log}");
     assert_eq!(replicas(kept), 0, "{log}");
+}
+
+// The stages in-process: the same scenarios, run through `Context::test` and
+// `cycle::evaluate` against the same control plane and Prometheus (no binary), so a
+// test can keep one `Memory` between cycles, read the metrics, or take the Lease away
+// mid-run.
+
+/// A context with this scenario's controller flags (`identity`, a 15 s Lease) plus
+/// `extra`, and its memory as a controller starting to lead reads it.
+async fn in_process(s: &Scenario, identity: &str, extra: &[&str]) -> (Context, Memory) {
+    let mut flags = s.controller_args(identity, "15s");
+    flags.extend(extra.iter().map(|f| f.to_string()));
+    let ctx = Context::test(s.cluster.client().await, flags).unwrap();
+    let mut memory = Memory::new(&ctx);
+    memory.audit = audit_memory::load(&ctx).await;
+    (ctx, memory)
+}
+
+/// One evaluation as of `minutes` after T0.
+async fn evaluate(s: &Scenario, ctx: &Context, memory: &mut Memory, minutes: i64) {
+    let now = s.at(minutes).parse().unwrap();
+    cycle::evaluate(ctx, memory, now).await.unwrap();
+}
+
+fn condition(status: &Value, type_: &str) -> Value {
+    status["conditions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no conditions: {status}"))
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_}: {status}"))
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_the_stages_warn_then_scale_an_idle_deployment_to_zero_and_count_it() {
+    let s = setup("stages", "Enforce");
+    let (ctx, mut memory) = in_process(&s, "a", &[]).await;
+    evaluate(&s, &ctx, &mut memory, 70).await;
+    assert!(
+        s.deployment("chat")["metadata"]["annotations"]
+            .get("gpureaper.io/warned-at")
+            .is_none()
+    );
+    evaluate(&s, &ctx, &mut memory, 95).await;
+    let d = s.deployment("chat");
+    assert_eq!(
+        d["metadata"]["annotations"]["gpureaper.io/warned-at"],
+        s.at(95)
+    );
+    assert_eq!(d["spec"]["replicas"], 1);
+    let events = s.events_for("chat");
+    assert!(
+        events.iter().any(|(r, n)| r == "IdleGpus"
+            && n.starts_with("1 GPU(s) idle since ")
+            && n.contains(" (Idle/Unused, 2.50 USD/h). gpu-reaper will ScaleToZero it from ")),
+        "{events:?}"
+    );
+    evaluate(&s, &ctx, &mut memory, 125).await;
+    let d = s.deployment("chat");
+    assert_eq!(d["spec"]["replicas"], 0);
+    assert_eq!(
+        serde_json::from_str::<Value>(
+            d["metadata"]["annotations"]["gpureaper.io/restore"]
+                .as_str()
+                .unwrap()
+        )
+        .unwrap(),
+        json!({"replicas": 1, "state": "done"})
+    );
+    assert!(
+        s.events_for("chat").iter().any(|(r, n)| r == "Reclaimed"
+            && n.ends_with(&format!(
+                "; restore with `gpu-reaper wake {}/Deployment/chat`",
+                s.ns
+            ))),
+        "{:?}",
+        s.events_for("chat")
+    );
+    // The busy job and the silent exporter: nothing.
+    assert!(s.events_for("train").is_empty());
+    assert_eq!(s.deployment("gappy")["spec"]["replicas"], 1);
+    let status = s.policy_status();
+    assert_eq!(status["workloads"]["governed"], 3, "{status}");
+    assert_eq!(status["workloads"]["idle"], 1, "{status}");
+    assert_eq!(status["workloads"]["warned"], 1, "{status}");
+    assert_eq!(condition(&status, "Ready")["status"], "True");
+    assert_eq!(condition(&status, "Degraded")["status"], "False");
+    assert_eq!(status["lastEvaluationTime"], s.at(125));
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains("gpu_reaper_actions_total{action=\"ScaleToZero\",result=\"done\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "gpu_reaper_governed_gpus{{policy=\"{}\"}} 10",
+            s.ns
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gpu_reaper_evaluation_duration_seconds_count 3"),
+        "{metrics}"
+    );
+}
+
+/// The leadership flag the renewal task keeps: a replica that lost the Lease still
+/// warns and writes status but takes no action until it leads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_a_replica_that_lost_the_lease_mid_run_does_not_act_until_it_leads_again() {
+    let s = setup("stages-lease", "Enforce");
+    let (ctx, mut memory) = in_process(&s, "a", &[]).await;
+    evaluate(&s, &ctx, &mut memory, 95).await;
+    assert_eq!(
+        s.deployment("chat")["metadata"]["annotations"]["gpureaper.io/warned-at"],
+        s.at(95)
+    );
+    ctx.set_leading(false);
+    evaluate(&s, &ctx, &mut memory, 125).await;
+    assert_eq!(
+        s.deployment("chat")["spec"]["replicas"],
+        1,
+        "acted without the Lease"
+    );
+    assert!(
+        !s.events_for("chat").iter().any(|(r, _)| r == "Reclaimed"),
+        "{:?}",
+        s.events_for("chat")
+    );
+    assert_eq!(s.policy_status()["lastEvaluationTime"], s.at(125));
+    assert!(ctx.metrics.encode().contains("gpu_reaper_leader 0"));
+    ctx.set_leading(true);
+    evaluate(&s, &ctx, &mut memory, 126).await;
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0);
+}
+
+/// Audit mode through its memory: the warning is remembered in the ConfigMap, so a
+/// controller starting over with it reports what it would do instead of warning again,
+/// and nothing is written on the workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_audit_mode_remembers_its_warning_in_its_configmap_and_changes_nothing() {
+    let s = setup("stages-audit", "Audit");
+    let before = s.deployment("chat");
+    let (ctx, mut memory) = in_process(&s, "a", &[]).await;
+    evaluate(&s, &ctx, &mut memory, 95).await;
+    let state = s
+        .cluster
+        .get("configmap", Some(&s.ns), "gpu-reaper-controller-audit")
+        .expect("the Audit memory is saved");
+    assert!(
+        state["data"]["state.json"]
+            .as_str()
+            .unwrap()
+            .contains("\"name\":\"chat\""),
+        "{state}"
+    );
+    // A new leader: a fresh memory, read back from the ConfigMap.
+    let (ctx, mut memory) = in_process(&s, "b", &[]).await;
+    evaluate(&s, &ctx, &mut memory, 125).await;
+    let events = s.events_for("chat");
+    assert_eq!(
+        events.iter().filter(|(r, _)| r == "IdleGpus").count(),
+        1,
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|(r, n)| r == "WouldReclaim"
+            && n.starts_with("Audit mode: would ScaleToZero now (")
+            && n.ends_with("); nothing was changed.")),
+        "{events:?}"
+    );
+    assert!(
+        ctx.metrics
+            .encode()
+            .contains("gpu_reaper_actions_total{action=\"ScaleToZero\",result=\"would_act\"} 1")
+    );
+    let after = s.deployment("chat");
+    assert_eq!(
+        after["metadata"]["annotations"],
+        before["metadata"]["annotations"]
+    );
+    assert_eq!(after["spec"], before["spec"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_down_marks_the_policy_degraded_and_acts_on_nothing() {
+    let mut s = setup("down", "Enforce");
+    s.prometheus.url = "http://127.0.0.1:9".into();
+    let (ctx, mut memory) = in_process(&s, "a", &[]).await;
+    // The cycle itself succeeds: a telemetry failure is the policy's, not the loop's.
+    evaluate(&s, &ctx, &mut memory, 125).await;
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 1);
+    let status = s.policy_status();
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "TelemetryUnavailable");
+    assert_eq!(condition(&status, "Ready")["status"], "False", "{status}");
+    assert!(ctx.metrics.encode().contains(&format!(
+        "gpu_reaper_telemetry_errors_total{{policy=\"{}\"}} 1",
+        s.ns
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_next_cycle() {
+    let s = setup("resume", "Enforce");
+    // What a run killed between its two writes leaves behind.
+    s.annotate_deployment(
+        "chat",
+        &[
+            r#"gpureaper.io/restore={"replicas":1,"state":"pending"}"#,
+            "gpureaper.io/reaped-action=ScaleToZero",
+            &format!("gpureaper.io/reaped-at={}", s.at(124)),
+        ],
+    );
+    // The next controller: nothing remembered, only what is on the workload.
+    let (ctx, mut memory) = in_process(&s, "a", &[]).await;
+    evaluate(&s, &ctx, &mut memory, 126).await;
+    let d = s.deployment("chat");
+    assert_eq!(d["spec"]["replicas"], 0);
+    let restore: Value = serde_json::from_str(
+        d["metadata"]["annotations"]["gpureaper.io/restore"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        restore,
+        json!({"replicas": 1, "state": "done"}),
+        "the restore record survived"
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["gpureaper.io/reaped-at"],
+        s.at(124),
+        "one action, not two"
+    );
+    assert!(
+        s.events_for("chat").iter().any(|(r, n)| r == "Reclaimed"
+            && *n == format!("scaled {}/Deployment/chat from 1 replicas to 0", s.ns)),
+        "{:?}",
+        s.events_for("chat")
+    );
 }

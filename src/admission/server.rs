@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
@@ -39,27 +39,30 @@ pub struct AppState {
 
 /// The webhook's routes, served over TLS: `/validate`, `/mutate` and the probes.
 pub fn router(state: AppState) -> Router {
-    probe_routes()
+    let reviews = Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
         // axum's default body limit (2 MiB) would answer 413 before the handler, and the
         // API server applies the failurePolicy to a 413: under Ignore, a padded object
         // would be admitted. Reviews up to what the API server can send are read.
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(state)
+        .with_state(state.clone());
+    probe_router(state).merge(reviews)
 }
 
-/// The routes of the plain-HTTP probe port: `/healthz`, `/readyz`, `/metrics`. Never
-/// `/validate`: any pod could ask it for decisions, and nothing there is authenticated.
+/// The routes of the plain-HTTP probe port: `/healthz`, `/readyz` (caches synced),
+/// `/metrics` ([`crate::admin`]). Never `/validate`: any pod could ask it for decisions,
+/// and nothing there is authenticated.
 pub fn probe_router(state: AppState) -> Router {
-    probe_routes().with_state(state)
-}
-
-fn probe_routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let snapshot = state.snapshot.clone();
+    let metrics = state.metrics.clone();
+    crate::admin::router(
+        Arc::new(move || match snapshot.get() {
+            Some(_) => Ok(()),
+            None => Err("caches not synced\n"),
+        }),
+        Arc::new(move || crate::admin::openmetrics(metrics.encode())),
+    )
 }
 
 /// Largest AdmissionReview read. The API server refuses requests over 3 MiB and etcd
@@ -164,24 +167,6 @@ async fn mutate(State(state): State<AppState>, body: Bytes) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         review::response_body(&response),
-    )
-        .into_response()
-}
-
-async fn readyz(State(state): State<AppState>) -> Response {
-    match state.snapshot.get() {
-        Some(_) => "ok".into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n").into_response(),
-    }
-}
-
-async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
     )
         .into_response()
 }

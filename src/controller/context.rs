@@ -1,0 +1,339 @@
+//! What every stage of a cycle shares. The [`Context`] is built once (from the flags, or
+//! by [`Context::test`] for tests that run the stages in-process): the Kubernetes client,
+//! the notifiers, the telemetry source, the clock, the metrics, the leadership flag and
+//! the settings. [`Memory`] is what the controller remembers between cycles (in the
+//! process only: a new leader starts over, except for the Audit memory it reads back).
+//!
+//! Nothing here does IO by itself; the stages do, through the client and the notifiers.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use jiff::{SignedDuration, Timestamp};
+use kube::Client;
+
+use super::caches::Caches;
+use super::metrics::Metrics;
+use super::plan::AuditMemory;
+use super::quota::QuotaKeeper;
+use crate::api::GpuPolicy;
+use crate::api::policy::Channel;
+use crate::cli::{ControllerArgs, NotifyArgs};
+use crate::cluster::inventory::{ObjectKey, Workload};
+use crate::commands::{parse_duration, prometheus_config, workload_labels};
+use crate::engine::Histories;
+use crate::engine::inference::Softer;
+use crate::engine::model::Decision;
+use crate::gpus::GpuResources;
+use crate::notify::Notifier;
+use crate::notify::content::Templates;
+use crate::notify::events::EventNotifier;
+use crate::notify::slack::SlackNotifier;
+use crate::telemetry::live::{LiveTelemetry, ReadSettings};
+use crate::telemetry::prometheus::PrometheusSource;
+use crate::telemetry::trace::WorkloadLabels;
+use crate::{Error, Result};
+
+/// What the stages share, built once.
+pub struct Context {
+    pub client: Client,
+    pub notifiers: Notifiers,
+    /// Prometheus: the live reads of every cycle and the start-up backfill.
+    pub telemetry: PrometheusSource,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica holds the Lease, kept current by the renewal task: an action
+    /// is only taken while it is true, so a leader that loses the Lease mid-cycle stops.
+    pub leading: Arc<AtomicBool>,
+    pub settings: Settings,
+    /// The watches' stores; None lists everything each cycle (`--once`, tests).
+    pub caches: Option<Caches>,
+}
+
+/// Where warnings and reports go.
+pub struct Notifiers {
+    /// Every step: the Kubernetes Event (always on).
+    pub always: Vec<Box<dyn Notifier>>,
+    /// Slack and email, for the policies that list them in `warn.channels`.
+    pub personal: Vec<(Channel, Box<dyn Notifier>)>,
+}
+
+/// The time a cycle evaluates at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    Wall,
+    /// `--now`: replaying history, tests.
+    Fixed(Timestamp),
+}
+
+impl Clock {
+    pub fn now(self) -> Timestamp {
+        match self {
+            Clock::Wall => Timestamp::now(),
+            Clock::Fixed(t) => t,
+        }
+    }
+}
+
+/// The settings the stages and the loop read, parsed and checked once from the flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Label selector of the GpuPolicies this controller governs (`--policy-selector`).
+    pub policy_selector: String,
+    pub resources: GpuResources,
+    /// How the live telemetry is read (`--prometheus-selector`, `--prometheus-read-lag`).
+    pub reads: ReadSettings,
+    /// Activity history replayed into a policy's idle spans when it is first evaluated.
+    pub history_backfill: SignedDuration,
+    /// The DCGM labels naming a sample's pod and namespace (the backfill's read).
+    pub history_labels: WorkloadLabels,
+    /// Width of the activity trackers' coverage steps, in seconds.
+    pub live_step_seconds: i64,
+    /// Longest interval billed to namespaces in one evaluation (twice `--interval`).
+    pub max_billing_gap: SignedDuration,
+    pub templates: Templates,
+    pub workload_url: Option<String>,
+    pub interval: std::time::Duration,
+    /// This replica's name in the Lease and on its Events.
+    pub identity: String,
+    pub lease_namespace: String,
+    pub lease_name: String,
+    pub lease_duration: SignedDuration,
+    /// `--gpu-quota` and the namespaces never given one.
+    pub gpu_quota: bool,
+    pub quota_excluded_namespaces: Vec<String>,
+}
+
+impl Settings {
+    pub fn from_args(args: &ControllerArgs) -> Result<Self> {
+        let interval = parse_duration("interval", &args.interval)?.unsigned_abs();
+        let scrape = parse_duration("scrape-interval", &args.scrape_interval)?
+            .as_secs()
+            .max(1);
+        let lease_duration = parse_duration("lease-duration", &args.lease_duration)?;
+        let history_backfill = parse_duration("history-backfill", &args.history_backfill)?;
+        let read_lag = parse_duration("prometheus-read-lag", &args.prometheus_read_lag)?
+            .as_secs()
+            .max(0);
+        let selector = args.prometheus_selector.trim().to_string();
+        if !selector.is_empty() && (!selector.starts_with('{') || !selector.ends_with('}')) {
+            return Err(Error::InvalidArgument {
+                flag: "prometheus-selector",
+                message: format!(
+                    "{selector:?} is not a list of label matchers in braces, e.g. {{cluster=\"a\"}}"
+                ),
+            });
+        }
+        let gpus = crate::admission::webhook::settings(&args.gpus)?;
+        let templates = match &args.notify.notify_templates {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument {
+                    flag: "notify-templates",
+                    message: format!("{}: {e}", path.display()),
+                })?;
+                Templates::from_yaml(&text, &path.display().to_string()).map_err(|message| {
+                    Error::InvalidArgument {
+                        flag: "notify-templates",
+                        message,
+                    }
+                })?
+            }
+            None => Templates::default(),
+        };
+        Ok(Self {
+            policy_selector: args.policy_selector.clone(),
+            resources: gpus.resources,
+            reads: ReadSettings {
+                selector,
+                lag_seconds: read_lag,
+                workload_labels: workload_labels(&args.prometheus),
+            },
+            history_backfill,
+            history_labels: workload_labels(&args.prometheus),
+            // A step shorter than the scrape interval would leave every other bucket
+            // empty: coverage is counted in steps that each hold a sample.
+            live_step_seconds: scrape.max(60),
+            max_billing_gap: SignedDuration::try_from(interval * 2)
+                .unwrap_or(SignedDuration::from_mins(2)),
+            templates,
+            workload_url: args.notify.workload_url.clone(),
+            interval,
+            identity: args
+                .identity
+                .clone()
+                .unwrap_or_else(|| format!("gpu-reaper-{}", std::process::id())),
+            lease_namespace: args.lease_namespace.clone(),
+            lease_name: args.lease_name.clone(),
+            lease_duration,
+            gpu_quota: args.gpu_quota,
+            quota_excluded_namespaces: args
+                .quota_excluded_namespaces
+                .iter()
+                .map(|n| n.trim().to_string())
+                .collect(),
+        })
+    }
+
+    /// The ConfigMap of the Audit-mode memory: per Lease, so per shard.
+    pub fn audit_configmap(&self) -> String {
+        format!("{}-audit", self.lease_name)
+    }
+}
+
+impl Clock {
+    /// `--now`, or the wall clock.
+    pub fn from_args(args: &ControllerArgs) -> Result<Self> {
+        match &args.now {
+            Some(t) => Ok(Clock::Fixed(t.parse::<Timestamp>().map_err(|e| {
+                Error::InvalidArgument {
+                    flag: "now",
+                    message: format!("{t:?}: {e}"),
+                }
+            })?)),
+            None => Ok(Clock::Wall),
+        }
+    }
+}
+
+impl Notifiers {
+    /// The Event notifier, and Slack and email when their flags configure them.
+    pub fn new(
+        client: &Client,
+        identity: &str,
+        args: &NotifyArgs,
+        slack: Option<SlackNotifier>,
+    ) -> Result<Self> {
+        let mut personal: Vec<(Channel, Box<dyn Notifier>)> = Vec::new();
+        if let Some(slack) = slack {
+            personal.push((Channel::Slack, Box::new(slack)));
+        }
+        let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|message| {
+            Error::InvalidArgument {
+                flag: "smtp",
+                message,
+            }
+        })?;
+        if let Some(email) = email {
+            personal.push((Channel::Email, Box::new(email)));
+        }
+        Ok(Self {
+            always: vec![Box::new(EventNotifier::new(client.clone(), identity))],
+            personal,
+        })
+    }
+}
+
+/// The Slack notifier the flags configure (None without a token file).
+pub fn slack_from_args(args: &NotifyArgs) -> Result<Option<SlackNotifier>> {
+    SlackNotifier::from_args(args).map_err(|message| Error::InvalidArgument {
+        flag: "slack",
+        message,
+    })
+}
+
+impl Context {
+    /// A context for running the stages in-process: `client`, and the controller's
+    /// flags over the binary's defaults (the same `--prometheus-url`,
+    /// `--policy-selector`, `--lease-namespace`, `--identity`, `--now`… a test passes
+    /// to `gpu-reaper controller`). No watches (every cycle lists, as `--once` does);
+    /// leading from the start (no Lease is taken).
+    pub fn test<I, T>(client: Client, flags: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            args: ControllerArgs,
+        }
+        let flags = <Flags as clap::Parser>::try_parse_from(
+            std::iter::once(OsString::from("controller")).chain(flags.into_iter().map(Into::into)),
+        )
+        .map_err(|e| Error::InvalidArgument {
+            flag: "controller",
+            message: e.to_string(),
+        })?;
+        let args = flags.args;
+        let settings = Settings::from_args(&args)?;
+        let clock = Clock::from_args(&args)?;
+        let telemetry = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
+        let notifiers = Notifiers::new(
+            &client,
+            &settings.identity,
+            &args.notify,
+            slack_from_args(&args.notify)?,
+        )?;
+        Ok(Self {
+            client,
+            notifiers,
+            telemetry,
+            clock,
+            metrics: Arc::new(Metrics::new()),
+            leading: Arc::new(AtomicBool::new(true)),
+            settings,
+            caches: None,
+        })
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// Records whether this replica leads (the flag the stages read, and the metric).
+    pub fn set_leading(&self, leading: bool) -> bool {
+        let was = self.leading.swap(leading, Ordering::SeqCst);
+        self.metrics.leader.set(i64::from(leading));
+        was
+    }
+}
+
+/// What the controller remembers between cycles.
+pub struct Memory {
+    /// Every GPU's activity between cycles, read incrementally (`telemetry::live`).
+    pub live: LiveTelemetry,
+    /// Idle spans per policy, for the resumption-risk estimate (kept in memory: a new
+    /// leader starts with none, and the fixed durations decide until spans accrue).
+    pub histories: HashMap<String, Histories<ObjectKey>>,
+    /// When the previous evaluation ran (the resolution of the idle spans).
+    pub last_evaluation: Option<Timestamp>,
+    /// Audit-mode ladder state, saved in its ConfigMap (`audit_memory`).
+    pub audit: AuditMemory,
+    /// The last NotificationsDelivered outcome per policy (ok, message): re-applied on
+    /// every status write, since a server-side apply that leaves it out would drop it.
+    pub delivery_outcome: HashMap<String, (bool, String)>,
+    /// The GPU ResourceQuotas of the namespaces the budget gate governs (G2).
+    pub quotas: QuotaKeeper,
+}
+
+impl Memory {
+    /// Nothing remembered yet (the Audit memory is read with `audit_memory::load`).
+    pub fn new(ctx: &Context) -> Self {
+        let s = &ctx.settings;
+        Self {
+            live: LiveTelemetry::new(s.live_step_seconds),
+            histories: HashMap::new(),
+            last_evaluation: None,
+            audit: AuditMemory::default(),
+            delivery_outcome: HashMap::new(),
+            quotas: QuotaKeeper::new(
+                &ctx.client,
+                &s.identity,
+                s.gpu_quota,
+                s.quota_excluded_namespaces.iter().cloned(),
+            ),
+        }
+    }
+}
+
+/// One workload the plan judged, with what warn and act need to say and do about it.
+pub struct Judged<'a> {
+    pub policy: &'a GpuPolicy,
+    pub workload: &'a Workload,
+    pub decision: &'a Decision,
+    pub softer: &'a Softer,
+    /// The DCGM model name of its GPUs, or empty.
+    pub model: String,
+}

@@ -1,0 +1,253 @@
+//! One evaluation of every policy, the stages in order:
+//!
+//! ```text
+//! observe::cluster (IO) → housekeeping (IO) → quota (IO) → observe::telemetry (IO)
+//!   per policy: [observe::backfill (IO), first time] → plan (PURE)
+//!               → warn / act (IO) per judged workload → status (PURE compute, one apply)
+//! → audit_memory::save (IO), when the Audit memory changed
+//! ```
+//!
+//! When the telemetry read fails every policy is marked Degraded and nothing is judged
+//! (invariant 1); the next read covers the gap. [`evaluate`] is what the loop runs each
+//! tick while leading, and what in-process tests run through `Context::test`.
+
+use std::time::Instant;
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::context::{Context, Judged, Memory};
+use super::metrics::PolicyLabels;
+use super::observe::{self, HistoryRead, Observed};
+use super::plan::{self, by_pod};
+use super::status::{self, Found};
+use super::warn::{self, Sent};
+use super::{act, audit_memory, housekeeping};
+use crate::Result;
+use crate::api::GpuPolicy;
+use crate::api::policy::PolicyMode;
+use crate::cluster::inventory::Workload;
+use crate::engine::model::{GpuObservation, Step};
+use crate::engine::{Histories, Rules};
+
+/// What the per-policy evaluations of one cycle share.
+struct Cycle<'a> {
+    now: Timestamp,
+    seen: &'a Observed,
+    all: Vec<&'a GpuPolicy>,
+    /// Why the telemetry read failed, when it did.
+    telemetry_failed: Option<String>,
+    backfill_read: HistoryRead,
+    sent: Sent,
+}
+
+/// One cycle at `now`; the Audit memory saved when it changed (even when the cycle
+/// failed part-way: what it warned about was said).
+#[tracing::instrument(name = "cycle", skip_all, fields(%now))]
+pub async fn evaluate(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()> {
+    let before = memory.audit.clone();
+    let result = cycle(ctx, memory, now).await;
+    if memory.audit != before {
+        audit_memory::save(ctx, &memory.audit, now).await;
+    }
+    result
+}
+
+async fn cycle(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()> {
+    let started = Instant::now();
+    let seen = observe::cluster(ctx, now).await?;
+    housekeeping::run(ctx, &seen.owners, &seen.workloads, now).await;
+    memory
+        .quotas
+        .keep(
+            &ctx.client,
+            &seen.policies,
+            &seen.namespaces,
+            &ctx.settings.resources,
+            now,
+        )
+        .await;
+    tracing::info!(
+        workloads = seen.workloads.len(),
+        gpus = seen.workloads.iter().map(|w| w.gpus).sum::<f64>(),
+        policies = seen.policies.len(),
+        %now,
+        "evaluating"
+    );
+    let rules_of: Vec<Rules> = seen
+        .policies
+        .iter()
+        .map(|p| Rules::from_spec(&p.spec))
+        .collect();
+    let telemetry = observe::telemetry(ctx, &mut memory.live, &rules_of, now).await;
+    let mut cycle = Cycle {
+        now,
+        seen: &seen,
+        all: seen.policies.iter().collect(),
+        telemetry_failed: telemetry.err().map(|e| e.to_string()),
+        backfill_read: None,
+        sent: Sent::default(),
+    };
+    for (policy, rules) in seen.policies.iter().zip(&rules_of) {
+        evaluate_policy(ctx, memory, &mut cycle, policy, rules).await;
+    }
+    memory.last_evaluation = Some(now);
+    ctx.metrics.cycle.observe(started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// One policy: plan, then warn and act on what it judged, then its status.
+#[tracing::instrument(
+    name = "policy",
+    skip_all,
+    fields(policy = policy.metadata.name.as_deref().unwrap_or_default())
+)]
+async fn evaluate_policy(
+    ctx: &Context,
+    memory: &mut Memory,
+    cycle: &mut Cycle<'_>,
+    policy: &GpuPolicy,
+    rules: &Rules,
+) {
+    let now = cycle.now;
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    if let Some(e) = &cycle.telemetry_failed {
+        tracing::warn!(policy = %name, error = %e, "telemetry failed: nothing this policy governs is judged this cycle");
+        ctx.metrics
+            .telemetry_errors
+            .get_or_create(&PolicyLabels {
+                policy: name.clone(),
+            })
+            .inc();
+        let found = Found::TelemetryFailed(e.clone());
+        let problems = cycle.sent.problems.get(&name);
+        status::write(
+            ctx,
+            &mut memory.delivery_outcome,
+            policy,
+            &found,
+            problems,
+            now,
+        )
+        .await;
+        return;
+    }
+    let seen = cycle.seen;
+    let observations = memory.live.observe(rules);
+    let grouped = by_pod(&observations);
+    // Idle spans are remembered per policy; a change of its estimate's settings starts
+    // them over. A policy evaluated for the first time here (start-up, new leader, new
+    // policy) replays recent history first.
+    if memory
+        .histories
+        .get(&name)
+        .is_none_or(|h| h.params() != rules.risk)
+    {
+        let mut fresh = Histories::new(rules.risk);
+        observe::backfill(
+            ctx,
+            policy,
+            rules,
+            &seen.workloads,
+            &mut fresh,
+            &mut cycle.backfill_read,
+            now,
+        )
+        .await;
+        memory.histories.insert(name.clone(), fresh);
+    }
+    let history = memory.histories.get_mut(&name).expect("inserted above");
+    let resolution = memory
+        .last_evaluation
+        .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))
+        .clamp(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
+    let acted_without_pods = plan::acted_last_hour_without_pods(
+        policy,
+        &cycle.all,
+        &seen.owners,
+        &seen.workloads,
+        &seen.namespaces,
+        now,
+    );
+    let plan = plan::plan_with(
+        policy,
+        &cycle.all,
+        &seen.workloads,
+        &seen.namespaces,
+        &grouped,
+        &memory.audit,
+        history,
+        resolution,
+        now,
+        acted_without_pods,
+    );
+    for p in &plan.planned {
+        let w = &seen.workloads[p.workload];
+        let d = &p.decision;
+        tracing::info!(
+            policy = %name,
+            workload = %w.root.key(),
+            gpus = w.gpus,
+            observed_gpus = d.verdict.gpu_devices,
+            classification = d.verdict.classification.as_str(),
+            step = ?d.step,
+            reason = %d.reason,
+            "decision"
+        );
+        let judged = Judged {
+            policy,
+            workload: w,
+            decision: d,
+            softer: &p.softer,
+            model: model_of(w, &grouped),
+        };
+        if policy.spec.mode == PolicyMode::Enforce && d.step != Step::Warn {
+            warn::retry(ctx, &mut cycle.sent, &judged, now).await;
+        }
+        match d.step {
+            Step::Nothing | Step::RateLimited(_) => {}
+            Step::Warn => warn::warn(ctx, &mut memory.audit, &mut cycle.sent, &judged, now).await,
+            Step::WouldAct(action) => {
+                act::would_act(ctx, &mut memory.audit, &judged, action, now).await
+            }
+            Step::Act(action) => act::act(ctx, &mut cycle.sent, &judged, action, now).await,
+        }
+    }
+    let reclaimed = plan::reclaimed_holdings(policy, &cycle.all, &seen.owners, &seen.namespaces);
+    let evaluation = status::evaluation(&plan, &seen.workloads, reclaimed);
+    let labels = PolicyLabels {
+        policy: name.clone(),
+    };
+    ctx.metrics
+        .governed_gpus
+        .get_or_create(&labels)
+        .set(plan.gpus.round() as i64);
+    ctx.metrics
+        .idle_workloads
+        .get_or_create(&labels)
+        .set(evaluation.counts.idle as i64);
+    let found = Found::Evaluated(evaluation);
+    let problems = cycle.sent.problems.get(&name);
+    status::write(
+        ctx,
+        &mut memory.delivery_outcome,
+        policy,
+        &found,
+        problems,
+        now,
+    )
+    .await;
+}
+
+/// The DCGM model name of a workload's GPUs (the first observed), or empty.
+fn model_of(
+    w: &Workload,
+    grouped: &std::collections::HashMap<(&str, &str), Vec<&GpuObservation>>,
+) -> String {
+    w.pods
+        .iter()
+        .filter_map(|p| grouped.get(&(p.meta.namespace.as_str(), p.meta.name.as_str())))
+        .flatten()
+        .map(|o| o.model.clone())
+        .find(|m| !m.is_empty())
+        .unwrap_or_default()
+}

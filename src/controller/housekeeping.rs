@@ -1,0 +1,86 @@
+//! Housekeeping (IO), before any policy is evaluated: what is due whatever the telemetry
+//! says — `gpureaper.io/wake=true` requests, actions a previous run started and did not
+//! finish (restore record `pending`: the same action is finished, not a second one), and
+//! reclaimed workloads their owner scaled back up by hand (their ladder restarts). Each
+//! step gets an Event.
+
+use std::collections::{HashMap, HashSet};
+
+use jiff::Timestamp;
+
+use super::context::Context;
+use super::{events_text, warn};
+use crate::api::keys;
+use crate::cluster::actions::{self, ActionError, Outcome};
+use crate::cluster::inventory::{ObjectInfo, ObjectKey, Workload};
+
+fn pending(o: &ObjectInfo) -> bool {
+    actions::RestoreRecord::parse(&o.annotations).is_some_and(|r| r.state == "pending")
+}
+
+fn wake_requested(o: &ObjectInfo) -> bool {
+    o.annotations.get(keys::WAKE).map(String::as_str) == Some("true")
+}
+
+pub async fn run(
+    ctx: &Context,
+    owners: &HashMap<ObjectKey, ObjectInfo>,
+    workloads: &[Workload],
+    now: Timestamp,
+) {
+    // Only the few roots with a wake request or a pending restore record are sorted:
+    // sorting every owner by a freshly built key (four strings per comparison) was
+    // 7 % of the cycle CPU at 50,000 pods (perf).
+    let mut sorted: Vec<&ObjectInfo> = owners
+        .values()
+        .filter(|o| !o.deleting && (wake_requested(o) || pending(o)))
+        .collect();
+    sorted.sort_by_cached_key(|o| o.key());
+    let mut handled = HashSet::new();
+    for root in sorted {
+        let (reason, result) = if wake_requested(root) {
+            ("Woken", actions::wake(&ctx.client, root, now).await)
+        } else {
+            (
+                "Reclaimed",
+                actions::scale_to_zero(&ctx.client, root, now).await,
+            )
+        };
+        handled.insert(root.key());
+        report(ctx, root, reason, result).await;
+    }
+    for w in workloads {
+        if handled.contains(&w.root.key()) {
+            continue;
+        }
+        let record = actions::RestoreRecord::parse(&w.root.annotations);
+        // Replicas a scale to a minimum left serving are not the owner's doing.
+        let kept = record.as_ref().and_then(|r| r.kept).unwrap_or(0);
+        let scaled_back = record.is_some_and(|r| r.state == "done" && r.replicas.is_some())
+            && w.pods.iter().filter(|p| !p.meta.deleting).count() > kept.max(0) as usize;
+        if !scaled_back || w.root.deleting {
+            continue;
+        }
+        // Pods can outlive the scale to 0 for a moment: the replica count decides.
+        let replicas = actions::api_for(&ctx.client, &w.root)
+            .get_scale(&w.root.name)
+            .await
+            .ok()
+            .and_then(|s| s.spec?.replicas);
+        if replicas.is_some_and(|r| r > kept) {
+            let result = actions::forget(&ctx.client, &w.root, now).await;
+            report(ctx, &w.root, "RestoredByOwner", result).await;
+        }
+    }
+}
+
+async fn report(
+    ctx: &Context,
+    root: &ObjectInfo,
+    reason: &'static str,
+    result: Result<Outcome, ActionError>,
+) {
+    let (severity, note) = events_text::housekeeping(result);
+    tracing::info!(workload = %root.key(), reason, detail = %note, "housekeeping");
+    warn::notify(ctx, root, severity, reason, note).await;
+}
