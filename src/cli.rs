@@ -105,12 +105,12 @@ pub struct ControllerArgs {
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
     /// Time between evaluations (Go duration).
-    #[arg(long, env = "GPU_REAPER_INTERVAL", default_value = "60s")]
-    pub interval: String,
+    #[arg(long, env = "GPU_REAPER_INTERVAL", default_value = "60s", value_parser = positive_duration)]
+    pub interval: std::time::Duration,
     /// Scrape interval of the DCGM exporter (Go duration): coverage is counted in steps
     /// of the longer of it and one minute, each of which should hold a sample.
-    #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s")]
-    pub scrape_interval: String,
+    #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s", value_parser = positive_duration)]
+    pub scrape_interval: std::time::Duration,
     /// PromQL label matchers added to every live read of the DCGM families, e.g.
     /// `{cluster="a"}` (this cluster's series in a Thanos or Mimir holding several) or
     /// `{namespace=~"team-a-.*"}` (one shard's namespaces: docs/architecture.md,
@@ -121,15 +121,15 @@ pub struct ControllerArgs {
     /// visible after their timestamp (when the scrape ends; later through remote write
     /// to Thanos Receive or Mimir); reads never overlap, so a sample visible only after
     /// the read that covered its time is not read (a gap, never idleness).
-    #[arg(long, env = "GPU_REAPER_PROMETHEUS_READ_LAG", default_value = "15s")]
-    pub prometheus_read_lag: String,
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_READ_LAG", default_value = "15s", value_parser = duration)]
+    pub prometheus_read_lag: SignedDuration,
     /// How much activity history to replay from Prometheus when a policy is first
     /// evaluated (start-up, new leader, new policy), so the resumption-risk estimate and
     /// the request-driven-inference test start informed (Go duration; 0s: learn from the
     /// cycles alone). Only for policies that use them (`idle.maxResumeRisk`,
     /// `action.inference`); spans older than the policy's `idle.history` are dropped.
-    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h")]
-    pub history_backfill: String,
+    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h", value_parser = duration)]
+    pub history_backfill: SignedDuration,
     /// Plain-HTTP address serving /metrics, /healthz and /readyz.
     #[arg(long, env = "GPU_REAPER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: String,
@@ -168,15 +168,15 @@ pub struct ControllerArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// How long a leader's Lease lasts without renewal (Go duration).
-    #[arg(long, env = "GPU_REAPER_LEASE_DURATION", default_value = "15s")]
-    pub lease_duration: String,
+    #[arg(long, env = "GPU_REAPER_LEASE_DURATION", default_value = "15s", value_parser = positive_duration)]
+    pub lease_duration: std::time::Duration,
     /// Evaluate once and exit (after acquiring the Lease); for scripts and tests.
     #[arg(long)]
     pub once: bool,
     /// Evaluate as of this time (RFC 3339) instead of the wall clock; with --once, for
     /// replaying history and tests.
-    #[arg(long, hide = true)]
-    pub now: Option<String>,
+    #[arg(long, hide = true, value_parser = timestamp)]
+    pub now: Option<Timestamp>,
     #[command(flatten)]
     pub gpus: GpuCountArgs,
     #[command(flatten)]

@@ -1,9 +1,7 @@
 //! The commands' edges: `backtest` and `audit` (files, Prometheus and the API server in,
 //! the pure reports out), and what every command's edge shares: the tokio runtimes, the
-//! typed Prometheus settings and durations from the flags (used by the controller, the
+//! typed Prometheus settings (used by the controller, the
 //! webhook, `attest` and `wake` too).
-
-use jiff::SignedDuration;
 
 pub mod audit;
 pub mod backtest;
@@ -71,9 +69,4 @@ pub fn prometheus_config(args: &PrometheusArgs) -> Result<PrometheusConfig> {
         max_response_bytes: args.prometheus_max_response_bytes,
         chunk: args.prometheus_chunk,
     })
-}
-
-/// A Go-style duration flag (`90s`, `1h30m`), not negative.
-pub fn parse_duration(flag: &'static str, text: &str) -> Result<SignedDuration> {
-    crate::cli::duration(text).map_err(|message| Error::InvalidArgument { flag, message })
 }

@@ -22,7 +22,7 @@ use crate::api::GpuPolicy;
 use crate::api::policy::Channel;
 use crate::cli::{ControllerArgs, NotifyArgs};
 use crate::cluster::inventory::{ObjectKey, Workload};
-use crate::commands::{parse_duration, prometheus_config, workload_labels};
+use crate::commands::{prometheus_config, workload_labels};
 use crate::engine::Histories;
 use crate::engine::inference::Softer;
 use crate::engine::model::Decision;
@@ -108,15 +108,15 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(args: &ControllerArgs) -> Result<Self> {
-        let interval = parse_duration("interval", &args.interval)?.unsigned_abs();
-        let scrape = parse_duration("scrape-interval", &args.scrape_interval)?
-            .as_secs()
-            .max(1);
-        let lease_duration = parse_duration("lease-duration", &args.lease_duration)?;
-        let history_backfill = parse_duration("history-backfill", &args.history_backfill)?;
-        let read_lag = parse_duration("prometheus-read-lag", &args.prometheus_read_lag)?
-            .as_secs()
-            .max(0);
+        let interval = args.interval;
+        let scrape = args.scrape_interval.as_secs().max(1) as i64;
+        let lease_duration =
+            SignedDuration::try_from(args.lease_duration).map_err(|e| Error::InvalidArgument {
+                flag: "lease-duration",
+                message: e.to_string(),
+            })?;
+        let history_backfill = args.history_backfill;
+        let read_lag = args.prometheus_read_lag.as_secs();
         let selector = args.prometheus_selector.trim().to_string();
         if !selector.is_empty() && (!selector.starts_with('{') || !selector.ends_with('}')) {
             return Err(Error::InvalidArgument {
@@ -185,15 +185,10 @@ impl Settings {
 impl Clock {
     /// `--now`, or the wall clock.
     pub fn from_args(args: &ControllerArgs) -> Result<Self> {
-        match &args.now {
-            Some(t) => Ok(Clock::Fixed(t.parse::<Timestamp>().map_err(|e| {
-                Error::InvalidArgument {
-                    flag: "now",
-                    message: format!("{t:?}: {e}"),
-                }
-            })?)),
-            None => Ok(Clock::Wall),
-        }
+        Ok(match args.now {
+            Some(t) => Clock::Fixed(t),
+            None => Clock::Wall,
+        })
     }
 }
 
