@@ -184,17 +184,7 @@ async fn an_idle_deployment_is_warned_then_scaled_to_zero_and_wake_brings_it_bac
     assert!((idle - 4.0 / 60.0).abs() < 1e-3, "{status}");
 
     // Wake restores the replicas and restarts the ladder; a new pod runs again.
-    let out = tokio::process::Command::new(BIN)
-        .args(["wake", &format!("{}/Deployment/chat", s.ns)])
-        .env("KUBECONFIG", &s.cluster.kubeconfig)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::wake(&s.cluster.kubeconfig, &format!("{}/Deployment/chat", s.ns)).await;
     assert_eq!(s.deployment("chat")["spec"]["replicas"], 1);
     s.wait_for_pods("chat", 1);
 }
