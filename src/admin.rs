@@ -51,7 +51,8 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
-/// `text` with the OpenMetrics content type (what the webhook serves).
+/// `text` with the OpenMetrics content type (what prometheus-client encodes; the
+/// controller and the webhook both serve it so).
 pub fn openmetrics(text: String) -> Response {
     (
         [(
@@ -61,12 +62,6 @@ pub fn openmetrics(text: String) -> Response {
         text,
     )
         .into_response()
-}
-
-/// `text` as `text/plain; charset=utf-8` (what the controller has always served; the text
-/// is OpenMetrics all the same).
-pub fn plain(text: String) -> Response {
-    text.into_response()
 }
 
 #[cfg(test)]
@@ -127,12 +122,5 @@ mod tests {
         );
         assert_eq!(body, "# EOF\n");
         assert_eq!(get(&app, "/validate").await.0, StatusCode::NOT_FOUND);
-    }
-
-    #[tokio::test]
-    async fn plain_metrics_are_served_as_text() {
-        let app = router(Arc::new(|| Ok(())), Arc::new(|| plain("# EOF\n".into())));
-        let (_, content_type, _) = get(&app, "/metrics").await;
-        assert_eq!(content_type.as_deref(), Some("text/plain; charset=utf-8"));
     }
 }

@@ -38,7 +38,7 @@ async fn serve_admin(
                 Err("not evaluated yet")
             }
         }),
-        Arc::new(move || crate::admin::plain(metrics.encode())),
+        Arc::new(move || crate::admin::openmetrics(metrics.encode())),
     );
     let app = match extra {
         Some(extra) => app.merge(extra),
