@@ -16,6 +16,7 @@ pub mod ladder;
 pub mod model;
 pub mod risk;
 pub mod rules;
+pub mod shape;
 pub mod step;
 
 pub use activity::{ActivityTracker, Sample};

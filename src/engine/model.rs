@@ -6,6 +6,8 @@ use jiff::Timestamp;
 
 use crate::api::policy::ActionType;
 
+pub use super::shape::IdleShape;
+
 /// A root workload (Deployment, Job, Notebook, bare Pod…): identity, age, labels and
 /// annotations (where the ladder state and user opt-outs live).
 #[derive(Debug, Clone, PartialEq)]
@@ -97,30 +99,6 @@ impl LadderState {
             warned_at: ts(keys::WARNED_AT),
             reaped_at: ts(keys::REAPED_AT),
             snooze_until: ts(keys::SNOOZE_UNTIL),
-        }
-    }
-}
-
-/// Why a workload is idle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IdleShape {
-    /// Compute idle while holding GPU memory: weights resident, no traffic.
-    MemoryHeld,
-    /// Compute idle and memory empty: allocated, unused.
-    Unused,
-    /// Pods bound to GPUs that never started working (Pending, crash loop, image pull).
-    Provisioning,
-    /// Low engine activity while data streams in over PCIe: waiting on the pipeline.
-    DataStarved,
-}
-
-impl IdleShape {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IdleShape::MemoryHeld => "MemoryHeld",
-            IdleShape::Unused => "Unused",
-            IdleShape::Provisioning => "Provisioning",
-            IdleShape::DataStarved => "DataStarved",
         }
     }
 }

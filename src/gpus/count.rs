@@ -1,6 +1,6 @@
 //! Counting one object: the kind's shape, the running tally, and what cannot be counted.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use serde_json::{Map, Value};
@@ -9,6 +9,7 @@ use super::fields::*;
 use super::kinds::*;
 use super::pod::*;
 use super::quantity::*;
+use super::tally::*;
 use super::*;
 
 /// Counts the GPUs `object` (a full Kubernetes object as JSON) claims. `namespace` is the
@@ -304,120 +305,6 @@ impl Shape {
             ("resource.k8s.io", "ResourceClaimTemplate") => Shape::ResourceClaimTemplate,
             _ => return None,
         })
-    }
-}
-
-/// A hash of a label set, for [`Tally::add_labels`] (equal sets are compared in full).
-pub(super) fn label_hash(labels: &BTreeMap<String, String>) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(labels)
-}
-
-pub(super) struct Ctx<'a> {
-    pub(super) namespace: &'a str,
-    pub(super) resources: &'a GpuResources,
-    pub(super) templates: &'a dyn ClaimTemplates,
-}
-
-/// The running count of one object: GPUs, basis parts, label sets, unresolved templates.
-pub(super) struct Tally<'a> {
-    pub(super) ctx: &'a Ctx<'a>,
-    pub(super) gpus: f64,
-    pub(super) parts: Vec<String>,
-    pub(super) label_sets: Vec<BTreeMap<String, String>>,
-    /// Where the label sets already in `label_sets` are, by hash: de-duplication stays
-    /// linear however many pod templates an object has (a 1.5 MiB PyTorchJob of thousands
-    /// of roles), without a second copy of each set.
-    pub(super) seen_labels: HashMap<u64, Vec<usize>>,
-    pub(super) unresolved: Vec<String>,
-    pub(super) unresolved_claims: Vec<String>,
-    pub(super) named_claims: HashSet<String>,
-    pub(super) named_claim_gpus: f64,
-    pub(super) open_ended: Option<String>,
-}
-
-impl Tally<'_> {
-    pub(super) fn add(&mut self, gpus: f64, part: String) {
-        self.gpus += gpus;
-        self.parts.push(part);
-    }
-
-    pub(super) fn add_labels(&mut self, labels: BTreeMap<String, String>) {
-        if labels.is_empty() {
-            return;
-        }
-        let at = self.seen_labels.entry(label_hash(&labels)).or_default();
-        if at.iter().any(|&i| self.label_sets[i] == labels) {
-            return;
-        }
-        at.push(self.label_sets.len());
-        self.label_sets.push(labels);
-    }
-
-    /// GPUs of one pod of a pod template (`metadata` + `spec`) at `path`; keeps its labels.
-    pub(super) fn pod_template(
-        &mut self,
-        template: Option<&Value>,
-        path: &str,
-    ) -> Result<f64, CountError> {
-        let Some(template) = template.filter(|t| !t.is_null()) else {
-            return Ok(0.0);
-        };
-        let template = object_at(template, path)?;
-        let labels = labels_of(template, path)?;
-        self.add_labels(labels);
-        let g = self.pod_spec(template.get("spec"), &join(path, "spec"), 0.0)?;
-        Ok(g + kai_fraction(template, path)?)
-    }
-
-    /// GPUs of one pod of a bare pod spec at `path`, plus `extra` main-container GPUs.
-    pub(super) fn pod_spec(
-        &mut self,
-        spec: Option<&Value>,
-        path: &str,
-        extra: f64,
-    ) -> Result<f64, CountError> {
-        let pod = pod_gpus_detailed(self.ctx, spec.unwrap_or(&Value::Null), path, extra)?;
-        for name in pod.unresolved_templates {
-            if !self.unresolved.contains(&name) {
-                self.unresolved.push(name);
-            }
-        }
-        for name in pod.unresolved_claims {
-            if !self.unresolved_claims.contains(&name) {
-                self.unresolved_claims.push(name);
-            }
-        }
-        for (name, g) in pod.named_claims {
-            if self.named_claims.insert(name.clone()) {
-                self.named_claim_gpus += g;
-                self.add(g, format!("ResourceClaim {name} {}", gpus_text(g)));
-            }
-        }
-        Ok(pod.gpus)
-    }
-
-    pub(super) fn finish(self) -> Result<Counted, CountError> {
-        if !(self.gpus.is_finite() && self.gpus >= 0.0) {
-            return Err(problem(
-                "spec",
-                "the GPU count is not a finite, non-negative number".to_string(),
-            ));
-        }
-        let basis = if self.parts.is_empty() {
-            "no pods".to_string()
-        } else {
-            self.parts.join(" + ")
-        };
-        Ok(Counted::Claim(Claim {
-            gpus: self.gpus,
-            label_sets: self.label_sets,
-            basis,
-            unresolved_claim_templates: self.unresolved,
-            named_claim_gpus: self.named_claim_gpus.min(self.gpus),
-            unresolved_claims: self.unresolved_claims,
-            open_ended: self.open_ended,
-        }))
     }
 }
 

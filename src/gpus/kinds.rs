@@ -2,9 +2,9 @@
 
 use serde_json::{Map, Value};
 
-use super::count::*;
 use super::fields::*;
 use super::pod::*;
+use super::tally::*;
 use super::*;
 
 pub(super) fn job(

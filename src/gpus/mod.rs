@@ -24,6 +24,7 @@ mod fields;
 mod kinds;
 mod pod;
 mod quantity;
+mod tally;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

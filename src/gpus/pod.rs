@@ -4,9 +4,9 @@ use std::collections::{BTreeSet, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::count::*;
 use super::fields::*;
 use super::quantity::*;
+use super::tally::*;
 use super::*;
 
 /// The requests of a ResourceClaimSpec at `path` (`devices.requests`).
@@ -290,4 +290,49 @@ pub(super) fn kai_fraction(obj: &Map<String, Value>, path: &str) -> Result<f64, 
         return Ok(1.0);
     }
     Ok(0.0)
+}
+
+impl Tally<'_> {
+    /// GPUs of one pod of a pod template (`metadata` + `spec`) at `path`; keeps its labels.
+    pub(super) fn pod_template(
+        &mut self,
+        template: Option<&Value>,
+        path: &str,
+    ) -> Result<f64, CountError> {
+        let Some(template) = template.filter(|t| !t.is_null()) else {
+            return Ok(0.0);
+        };
+        let template = object_at(template, path)?;
+        let labels = labels_of(template, path)?;
+        self.add_labels(labels);
+        let g = self.pod_spec(template.get("spec"), &join(path, "spec"), 0.0)?;
+        Ok(g + kai_fraction(template, path)?)
+    }
+
+    /// GPUs of one pod of a bare pod spec at `path`, plus `extra` main-container GPUs.
+    pub(super) fn pod_spec(
+        &mut self,
+        spec: Option<&Value>,
+        path: &str,
+        extra: f64,
+    ) -> Result<f64, CountError> {
+        let pod = pod_gpus_detailed(self.ctx, spec.unwrap_or(&Value::Null), path, extra)?;
+        for name in pod.unresolved_templates {
+            if !self.unresolved.contains(&name) {
+                self.unresolved.push(name);
+            }
+        }
+        for name in pod.unresolved_claims {
+            if !self.unresolved_claims.contains(&name) {
+                self.unresolved_claims.push(name);
+            }
+        }
+        for (name, g) in pod.named_claims {
+            if self.named_claims.insert(name.clone()) {
+                self.named_claim_gpus += g;
+                self.add(g, format!("ResourceClaim {name} {}", gpus_text(g)));
+            }
+        }
+        Ok(pod.gpus)
+    }
 }

@@ -34,7 +34,7 @@ use std::hash::Hash;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::model::IdleShape;
+use super::shape::IdleShape;
 
 mod estimate;
 
