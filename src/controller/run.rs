@@ -82,8 +82,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    fn new() -> Self {
+    fn new(interactions: &crate::notify::interact::InteractionMetrics) -> Self {
         let mut registry = Registry::with_prefix("gpu_reaper");
+        interactions.register(&mut registry);
         let governed_gpus = Family::default();
         registry.register(
             "governed_gpus",
@@ -1246,10 +1247,10 @@ fn personal_notifiers(
     if let Some(slack) = slack {
         out.push((Channel::Slack, Box::new(slack)));
     }
-    let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|message| {
+    let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|e| {
         Error::InvalidArgument {
             flag: "smtp",
-            message,
+            message: e.to_string(),
         }
     })?;
     if let Some(email) = email {
@@ -1292,20 +1293,20 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                 flag: "notify-templates",
                 message: format!("{}: {e}", path.display()),
             })?;
-            Templates::from_yaml(&text, &path.display().to_string()).map_err(|message| {
+            Templates::from_yaml(&text, &path.display().to_string()).map_err(|e| {
                 Error::InvalidArgument {
                     flag: "notify-templates",
-                    message,
+                    message: e.to_string(),
                 }
             })?
         }
         None => Templates::default(),
     };
     let slack =
-        crate::notify::slack::SlackNotifier::from_args(&args.notify).map_err(|message| {
+        crate::notify::slack::SlackNotifier::from_args(&args.notify).map_err(|e| {
             Error::InvalidArgument {
                 flag: "slack",
-                message,
+                message: e.to_string(),
             }
         })?;
     let source = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
@@ -1325,7 +1326,8 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         config.default_retry = false;
         let client =
             Client::try_from(config).map_err(kube_err("building the Kubernetes client"))?;
-        let metrics = Arc::new(Metrics::new());
+        let interactions = crate::notify::interact::InteractionMetrics::default();
+        let metrics = Arc::new(Metrics::new(&interactions));
         let ready = Arc::new(AtomicBool::new(false));
         if !args.once {
             let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -1339,11 +1341,11 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                 client.clone(),
                 slack.as_ref(),
             )
-            .map_err(|message| Error::InvalidArgument {
+            .map_err(|e| Error::InvalidArgument {
                 flag: "slack-signing-secret-file",
-                message,
+                message: e.to_string(),
             })?
-            .map(crate::notify::interact::router);
+            .map(|state| crate::notify::interact::router(state.with_metrics(interactions)));
             tokio::spawn(serve_probes(listener, metrics.clone(), ready.clone(), interact));
         }
         let personal = personal_notifiers(&args.notify, slack)?;
