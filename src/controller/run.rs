@@ -1302,13 +1302,12 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         }
         None => Templates::default(),
     };
-    let slack =
-        crate::notify::slack::SlackNotifier::from_args(&args.notify).map_err(|e| {
-            Error::InvalidArgument {
-                flag: "slack",
-                message: e.to_string(),
-            }
-        })?;
+    let slack = crate::notify::slack::SlackNotifier::from_args(&args.notify).map_err(|e| {
+        Error::InvalidArgument {
+            flag: "slack",
+            message: e.to_string(),
+        }
+    })?;
     let source = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
     let identity = args
         .identity

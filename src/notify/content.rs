@@ -152,11 +152,10 @@ impl Templates {
             warning: Option<Template>,
             reclaimed: Option<Template>,
         }
-        let file: File =
-            serde_yaml::from_str(text).map_err(|e| NotifyError::TemplatesFile {
-                file: source.to_string(),
-                source: e,
-            })?;
+        let file: File = serde_yaml::from_str(text).map_err(|e| NotifyError::TemplatesFile {
+            file: source.to_string(),
+            source: e,
+        })?;
         let mut templates = Self::default();
         if let Some(t) = file.warning {
             templates.warning = t;

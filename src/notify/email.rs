@@ -130,8 +130,8 @@ fn tls_parameters(host: &str, ca_file: Option<&Path>) -> Result<TlsParameters> {
                 ),
             });
         }
-        let certificate =
-            Certificate::from_pem(&pem).map_err(|source| NotifyError::SmtpTls { flag: FLAG, source })?;
+        let certificate = Certificate::from_pem(&pem)
+            .map_err(|source| NotifyError::SmtpTls { flag: FLAG, source })?;
         builder = builder.add_root_certificate(certificate);
     }
     builder.build().map_err(|source| NotifyError::SmtpTls {
@@ -373,8 +373,7 @@ impl EmailNotifier {
         let credentials = match &self.login {
             Some((user, path)) => Some(Credentials::new(
                 user.clone(),
-                read_password(path)
-                    .map_err(|e| Failure::Retry(format!("SMTP password {e}")))?,
+                read_password(path).map_err(|e| Failure::Retry(format!("SMTP password {e}")))?,
             )),
             None => None,
         };

@@ -260,7 +260,9 @@ impl InteractState {
         let Some(slack) = slack else {
             return Err(NotifyError::Invalid {
                 flag: "--slack-signing-secret-file",
-                message: "needs --slack-token-file: the buttons' answers are posted with the bot token".into(),
+                message:
+                    "needs --slack-token-file: the buttons' answers are posted with the bot token"
+                        .into(),
             });
         };
         Ok(Some(Self::new(secret.clone(), client, slack.api().clone())))
@@ -545,9 +547,9 @@ fn is_decision(block: &SlackBlock) -> bool {
         SlackBlock::Unknown(v) => {
             v["block_id"] == DECISION_BLOCK
                 || (v["type"] == "actions"
-                    && v["elements"].as_array().is_some_and(|els| {
-                        els.iter().any(|e| ours(e["action_id"].as_str()))
-                    }))
+                    && v["elements"]
+                        .as_array()
+                        .is_some_and(|els| els.iter().any(|e| ours(e["action_id"].as_str()))))
         }
         _ => false,
     }
@@ -711,7 +713,8 @@ async fn handle(state: InteractState, click: Click, now: Timestamp) {
                 content = content.with_blocks(answered_blocks(&click.blocks, &applied.note));
             }
             ResponseMessage {
-                message: SlackApiPostWebhookMessageRequest::new(content).with_replace_original(true),
+                message: SlackApiPostWebhookMessageRequest::new(content)
+                    .with_replace_original(true),
                 response_type: None,
             }
         }
@@ -724,7 +727,10 @@ async fn handle(state: InteractState, click: Click, now: Timestamp) {
             });
             tracing::warn!(workload = %click.value.w, user = %click.user, error = %e, "Slack click not applied");
             // Only the clicker sees why; the buttons stay for another try.
-            let note = format!(":warning: Could not do that: {}", mrkdwn_escape(&e.to_string()));
+            let note = format!(
+                ":warning: Could not do that: {}",
+                mrkdwn_escape(&e.to_string())
+            );
             ResponseMessage {
                 message: SlackApiPostWebhookMessageRequest::new(
                     SlackMessageContent::new().with_text(note),

@@ -103,7 +103,10 @@ fn clicks_are_read_and_bad_payloads_named() {
     assert_eq!(click.choice.outcome(), Outcome::Kept24h);
     assert_eq!(click.value.p, "research");
     assert_eq!(click.user, "U0ANA0001");
-    assert_eq!(click.response_url, "https://hooks.slack.com/actions/T1/2/abc");
+    assert_eq!(
+        click.response_url,
+        "https://hooks.slack.com/actions/T1/2/abc"
+    );
     assert_eq!(click.blocks.len(), 1);
     assert!(matches!(
         parse_request(&form(&click_payload("open_workload", ""))).unwrap(),

@@ -492,9 +492,10 @@ impl SlackApi {
         content: SlackMessageContent,
     ) -> Result<String> {
         let token = self.token()?;
-        let request = SlackApiChatPostMessageRequest::new(SlackChannelId(channel.to_string()), content)
-            .with_unfurl_links(false)
-            .with_unfurl_media(false);
+        let request =
+            SlackApiChatPostMessageRequest::new(SlackChannelId(channel.to_string()), content)
+                .with_unfurl_links(false)
+                .with_unfurl_media(false);
         let posted: Posted = self
             .with_rate_limits("Slack chat.postMessage", || {
                 let session = self.client.open_session(&token);
@@ -607,11 +608,7 @@ impl SlackNotifier {
         &self.api
     }
 
-    async fn send(
-        &self,
-        n: &Notification,
-        p: &Personal,
-    ) -> std::result::Result<String, Failure> {
+    async fn send(&self, n: &Notification, p: &Personal) -> std::result::Result<String, Failure> {
         let content = SlackMessageContent::new()
             .with_text(cap(&p.rendered.subject, 3000))
             .with_blocks(message_blocks(n, p));
