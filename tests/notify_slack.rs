@@ -636,6 +636,81 @@ async fn the_token_is_read_again_on_every_send() {
     );
 }
 
+/// An HTTP CONNECT proxy on loopback that records the targets it tunnelled to.
+async fn connect_proxy() -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let targets = Arc::new(Mutex::new(Vec::new()));
+    let seen = targets.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let Some(target) = head
+                    .strip_prefix("CONNECT ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                else {
+                    let _ = client
+                        .write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+                        .await;
+                    return;
+                };
+                seen.lock().unwrap().push(target.to_string());
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                    return;
+                };
+                let _ = client
+                    .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                    .await;
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (url, targets)
+}
+
+#[tokio::test]
+async fn an_https_proxy_is_tunnelled_through_unless_no_proxy_exempts_the_host() {
+    use hyper_util::client::proxy::matcher::Matcher;
+    let slack = Slack::start().await;
+    let (proxy, targets) = connect_proxy().await;
+    let ca = slack.dir.path().join("ca.pem");
+    let api = |proxies: Matcher| {
+        let https = gpu_reaper::notify::slack::https_connector_with_proxies(
+            Some(&ca),
+            "--slack-ca-file",
+            proxies,
+        )
+        .unwrap();
+        SlackNotifier::new(SlackApi::new(
+            &format!("{}/api", slack.url),
+            slack.token_file(),
+            https,
+        ))
+    };
+    let n = warning(owner_of("U0ANA0001"), None);
+    let via_proxy = api(Matcher::builder().https(proxy.clone()).build());
+    assert_eq!(via_proxy.notify(&n).await.unwrap(), "Slack DM to U0ANA0001");
+    let host = slack.url.trim_start_matches("https://").to_string();
+    assert_eq!(*targets.lock().unwrap(), [host]);
+    let exempt = api(Matcher::builder().https(proxy).no("127.0.0.1").build());
+    assert_eq!(exempt.notify(&n).await.unwrap(), "Slack DM to U0ANA0001");
+    assert_eq!(targets.lock().unwrap().len(), 1, "NO_PROXY goes direct");
+    assert_eq!(slack.fake.calls("chat.postMessage").len(), 2);
+    assert_contract(&slack);
+}
+
 // ---- interactivity -------------------------------------------------------------------
 
 fn deployment(ns: &str) -> Value {

@@ -16,8 +16,10 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use backon::{ConstantBuilder, Retryable};
@@ -25,6 +27,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use slack_morphism::api::{
     SlackApiChatPostMessageRequest, SlackApiPostWebhookMessageRequest,
@@ -264,13 +269,67 @@ pub fn message_blocks(n: &Notification, p: &Personal) -> Vec<SlackBlock> {
     blocks
 }
 
+/// How connections to Slack leave the process: straight, or through an HTTP CONNECT
+/// tunnel when the proxy settings name a proxy for the `https` destination (and
+/// `NO_PROXY` does not exempt its host) — what reqwest did with the same variables.
+#[derive(Clone, Debug)]
+pub struct Egress {
+    http: HttpConnector,
+    proxies: Arc<Matcher>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<hyper::Uri> for Egress {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future =
+        Pin<Box<dyn Future<Output = std::result::Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: hyper::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let proxy = match dst.scheme_str() {
+            // Plain http (a local --slack-api-url) is never proxied.
+            Some("https") => self.proxies.intercept(&dst),
+            _ => None,
+        };
+        match proxy {
+            Some(proxy) => {
+                let mut tunnel = Tunnel::new(proxy.uri().clone(), http);
+                if let Some(auth) = proxy.basic_auth() {
+                    tunnel = tunnel.with_auth(auth.clone());
+                }
+                Box::pin(async move {
+                    std::future::poll_fn(|cx| tunnel.poll_ready(cx)).await?;
+                    Ok(tunnel.call(dst).await?)
+                })
+            }
+            None => Box::pin(async move { Ok(http.call(dst).await?) }),
+        }
+    }
+}
+
 /// The HTTPS connector for Slack: rustls on the process' ring provider, verifying with
 /// the platform's roots (as reqwest does) plus the PEM bundle in `ca_file`; plain `http`
-/// is allowed for a local `--slack-api-url`. Errors name `flag`.
+/// is allowed for a local `--slack-api-url`; `HTTPS_PROXY`/`ALL_PROXY`/`NO_PROXY` are
+/// honoured. Errors name `flag`.
 pub fn https_connector(
     ca_file: Option<&Path>,
     flag: &'static str,
-) -> Result<HttpsConnector<HttpConnector>> {
+) -> Result<HttpsConnector<Egress>> {
+    https_connector_with_proxies(ca_file, flag, Matcher::from_env())
+}
+
+/// [`https_connector`] with the proxy settings given rather than read from the environment.
+pub fn https_connector_with_proxies(
+    ca_file: Option<&Path>,
+    flag: &'static str,
+    proxies: Matcher,
+) -> Result<HttpsConnector<Egress>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = match ca_file {
         None => rustls_platform_verifier::Verifier::new(provider.clone()),
@@ -312,7 +371,10 @@ pub fn https_connector(
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(http))
+        .wrap_connector(Egress {
+            http,
+            proxies: Arc::new(proxies),
+        }))
 }
 
 /// Reads a secret file (token, signing secret) as every send does: trimmed, not empty.
@@ -333,7 +395,7 @@ pub fn read_secret_file(path: &Path, flag: &'static str) -> Result<String> {
     Ok(text)
 }
 
-type Connector = SlackClientHyperConnector<HttpsConnector<HttpConnector>>;
+type Connector = SlackClientHyperConnector<HttpsConnector<Egress>>;
 
 /// The part of `chat.postMessage`'s answer gpu-reaper needs. slack-morphism's own
 /// response type also decodes the echoed message; a field it does not expect there must
@@ -407,7 +469,7 @@ fn attempt_error(what: &str, e: SlackClientError) -> NotifyError {
 impl SlackApi {
     /// `base_url` like `https://slack.com/api`; the token is read from `token_file` on
     /// every call.
-    pub fn new(base_url: &str, token_file: PathBuf, https: HttpsConnector<HttpConnector>) -> Self {
+    pub fn new(base_url: &str, token_file: PathBuf, https: HttpsConnector<Egress>) -> Self {
         let connector = SlackClientHyperConnector::with_connector(https)
             .with_slack_api_url(base_url.trim_end_matches('/'));
         Self {
