@@ -166,12 +166,12 @@ fn the_answered_message_loses_its_decision_buttons_only() {
 #[test]
 fn outcomes_are_counted_in_the_metrics_text() {
     let metrics = InteractionMetrics::default();
-    let mut registry = Registry::with_prefix("gpu_reaper");
+    let mut registry = prometheus_client::registry::Registry::with_prefix("gpu_reaper");
     metrics.register(&mut registry);
     metrics.record(Outcome::Kept4h);
     metrics.record(Outcome::Kept4h);
     metrics.record(Outcome::BadSignature);
-    metrics.capped.inc();
+    metrics.record_capped();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     for line in [

@@ -4,13 +4,14 @@
 //! that list them in `warn.channels`, to the owner `owner` resolves, with the content
 //! `content` renders. Delivery state (sent once per idle period, retried on failure) is
 //! the controller's: see `controller::deliver`. `interact` answers the Slack buttons and
-//! counts their outcomes; `error` is the room's one error type.
+//! counts their outcomes in `metrics`; `error` is the room's one error type.
 
 pub mod content;
 pub mod email;
 pub mod error;
 pub mod events;
 pub mod interact;
+pub mod metrics;
 pub mod owner;
 pub mod slack;
 
