@@ -130,3 +130,30 @@ impl InteractionMetrics {
         self.capped.get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_counted_in_the_metrics_text() {
+        let metrics = InteractionMetrics::default();
+        let mut registry = Registry::with_prefix("gpu_reaper");
+        metrics.register(&mut registry);
+        metrics.record(Outcome::Kept4h);
+        metrics.record(Outcome::Kept4h);
+        metrics.record(Outcome::BadSignature);
+        metrics.record_capped();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            r#"gpu_reaper_slack_interactions_total{outcome="kept_4h"} 2"#,
+            r#"gpu_reaper_slack_interactions_total{outcome="bad_signature"} 1"#,
+            r#"gpu_reaper_slack_interactions_total{outcome="unknown_workload"} 0"#,
+            "gpu_reaper_slack_snoozes_capped_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert_eq!(metrics.count(Outcome::Kept4h), 2);
+    }
+}
