@@ -437,21 +437,23 @@ impl std::fmt::Debug for SlackApi {
     }
 }
 
-/// One failed attempt: rate limited (wait and try again, within bounds) or not.
-fn attempt_error(what: &str, e: SlackClientError) -> NotifyError {
+/// One failed attempt of `method`: rate limited (wait and try again, within bounds) or
+/// not.
+fn attempt_error(method: &str, e: SlackClientError) -> NotifyError {
+    let what = format!("Slack {method}");
     match e {
         SlackClientError::ApiError(api) => NotifyError::Slack {
-            method: what.trim_start_matches("Slack ").to_string(),
+            method: method.to_string(),
             code: api.code,
         },
         SlackClientError::RateLimitError(rate) => NotifyError::RateLimited {
-            what: what.to_string(),
+            what,
             // No (or an unreadable) Retry-After: a second, as Slack's docs suggest.
             retry_after_s: rate.retry_after.map_or(1, |d| d.as_secs()).max(1),
             waited: 0,
         },
         SlackClientError::HttpError(http) => NotifyError::Http {
-            what: what.to_string(),
+            what,
             status: http.status_code.to_string(),
             excerpt: http
                 .http_response_body
@@ -459,10 +461,7 @@ fn attempt_error(what: &str, e: SlackClientError) -> NotifyError {
                 .map(|b| b.chars().take(200).collect::<String>().trim().to_string())
                 .unwrap_or_default(),
         },
-        source => NotifyError::Transport {
-            what: what.to_string(),
-            source,
-        },
+        source => NotifyError::Transport { what, source },
     }
 }
 
@@ -493,7 +492,7 @@ impl SlackApi {
     /// limits: each 429's `Retry-After`, at most `rate_limit_retries` times and only
     /// when it is within `max_retry_after`. Other failures return at once: the
     /// controller's delivery state retries them later.
-    async fn with_rate_limits<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T>
+    async fn with_rate_limits<T, F, Fut>(&self, method: &str, mut call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, SlackClientError>>,
@@ -505,9 +504,9 @@ impl SlackApi {
             async move {
                 match tokio::time::timeout(CALL_TIMEOUT, call).await {
                     Ok(Ok(v)) => Ok(v),
-                    Ok(Err(e)) => Err(attempt_error(what, e)),
+                    Ok(Err(e)) => Err(attempt_error(method, e)),
                     Err(_) => Err(NotifyError::Timeout {
-                        what: what.to_string(),
+                        what: format!("Slack {method}"),
                         seconds: CALL_TIMEOUT.as_secs(),
                     }),
                 }
@@ -527,7 +526,7 @@ impl SlackApi {
             .notify(|_, after| {
                 waited.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
-                    what,
+                    method,
                     retry_after_s = after.as_secs(),
                     "Slack rate limit; waiting"
                 );
@@ -559,7 +558,7 @@ impl SlackApi {
                 .with_unfurl_links(false)
                 .with_unfurl_media(false);
         let posted: Posted = self
-            .with_rate_limits("Slack chat.postMessage", || {
+            .with_rate_limits("chat.postMessage", || {
                 let session = self.client.open_session(&token);
                 let request = &request;
                 async move {
@@ -579,7 +578,7 @@ impl SlackApi {
         let token = self.token()?;
         let request = SlackApiUsersLookupByEmailRequest::new(EmailAddress(email.to_string()));
         match self
-            .with_rate_limits("Slack users.lookupByEmail", || {
+            .with_rate_limits("users.lookupByEmail", || {
                 let session = self.client.open_session(&token);
                 let request = &request;
                 async move { session.users_lookup_by_email(request).await }
@@ -611,7 +610,7 @@ impl SlackApi {
         }
         let span = tracing::Span::current();
         let _: serde_json::Value = self
-            .with_rate_limits("Slack response_url", || {
+            .with_rate_limits("response_url", || {
                 let context = SlackClientApiCallContext {
                     rate_control_params: None,
                     token: None,
