@@ -6,8 +6,8 @@
 //! `X-Slack-Signature` HMAC-SHA256 of `v0:<timestamp>:<body>` under the app's signing
 //! secret (re-read on every request; compared in constant time) and that
 //! `X-Slack-Request-Timestamp` is within 5 minutes of now; a signature seen before is a
-//! replay (a bounded in-memory set). The payload is read into slack-morphism's
-//! `SlackInteractionEvent`. A Keep writes `gpureaper.io/snooze-until` on the workload
+//! replay (a bounded in-memory set). The payload's user, actions, `response_url` and
+//! blocks are read as slack-morphism's types. A Keep writes `gpureaper.io/snooze-until` on the workload
 //! (now + the asked time, capped by the policy's `exemptions.maxSnooze`); "Not mine"
 //! tells the policy's `warn.slackChannel`. Either way the message is replaced through the
 //! interaction's `response_url`, without its buttons, saying who did what. Every request's
@@ -34,8 +34,8 @@ use serde::Deserialize;
 use serde_json::json;
 use slack_morphism::api::SlackApiPostWebhookMessageRequest;
 use slack_morphism::prelude::{
-    SlackActionBlockElement, SlackBlock, SlackInteractionEvent, SlackMessageContent,
-    SlackMessageResponseType, SlackSigningSecret,
+    SlackActionBlockElement, SlackBasicUserInfo, SlackBlock, SlackInteractionActionInfo,
+    SlackMessageContent, SlackMessageResponseType, SlackResponseUrl, SlackSigningSecret,
 };
 use slack_morphism::signature_verifier::{
     SlackEventSignatureVerifier, SlackEventSignatureVerifierError,
@@ -345,16 +345,38 @@ pub enum Request {
     Ignored(String),
 }
 
-/// The `type` of a payload, read before the typed event: other interaction types are
-/// answered 200 whether or not slack-morphism models them.
+/// The `type` of a payload, read first: another type's fields may not fit [`Payload`].
 #[derive(Deserialize)]
 struct PayloadType {
     #[serde(rename = "type", default)]
     kind: String,
 }
 
-/// PURE: reads Slack's form body (`payload=<json>`) into slack-morphism's interaction
-/// event; the error says what is wrong.
+/// The parts of an interaction payload a click needs, each one slack-morphism's type.
+/// The envelope is gpu-reaper's: slack-morphism's `SlackInteractionBlockActionsEvent`
+/// also requires `team`, `api_app_id`, `container` and `trigger_id`, which nothing here
+/// reads, and a click must not be refused for a field it does not use. Other interaction
+/// types are answered 200 whether or not slack-morphism models them.
+#[derive(Deserialize)]
+struct Payload {
+    #[serde(default)]
+    user: Option<SlackBasicUserInfo>,
+    #[serde(default)]
+    response_url: Option<SlackResponseUrl>,
+    #[serde(default)]
+    actions: Vec<SlackInteractionActionInfo>,
+    #[serde(default)]
+    message: Option<PayloadMessage>,
+}
+
+/// The clicked message as Slack sends it back: only its Block Kit blocks are used.
+#[derive(Deserialize)]
+struct PayloadMessage {
+    #[serde(default)]
+    blocks: Vec<SlackBlock>,
+}
+
+/// PURE: reads Slack's form body (`payload=<json>`); the error says what is wrong.
 pub fn parse_request(body: &[u8]) -> Result<Request> {
     let payload = url::form_urlencoded::parse(body)
         .find(|(k, _)| k == "payload")
@@ -368,12 +390,9 @@ pub fn parse_request(body: &[u8]) -> Result<Request> {
             kind.kind
         )));
     }
-    let event: SlackInteractionEvent =
+    let event: Payload =
         serde_json::from_str(&payload).map_err(|source| NotifyError::Payload { source })?;
-    let SlackInteractionEvent::BlockActions(event) = event else {
-        return Ok(Request::Ignored("not a block_actions payload".into()));
-    };
-    let Some(action) = event.actions.as_ref().and_then(|a| a.first()) else {
+    let Some(action) = event.actions.first() else {
         return Err(NotifyError::Incomplete("actions"));
     };
     let choice = match action.action_id.0.as_str() {
@@ -401,10 +420,7 @@ pub fn parse_request(body: &[u8]) -> Result<Request> {
         value,
         user,
         response_url,
-        blocks: event
-            .message
-            .and_then(|m| m.content.blocks)
-            .unwrap_or_default(),
+        blocks: event.message.map(|m| m.blocks).unwrap_or_default(),
     }))
 }
 

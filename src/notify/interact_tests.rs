@@ -76,7 +76,7 @@ fn form(payload: &Value) -> Vec<u8> {
         .into_bytes()
 }
 
-/// A block_actions payload with the fields Slack always sends.
+/// A block_actions payload as Slack sends it (fields gpu-reaper does not read included).
 fn click_payload(action_id: &str, value: &str) -> Value {
     json!({
         "type": "block_actions",
@@ -121,15 +121,11 @@ fn clicks_are_read_and_bad_payloads_named() {
         (b"payload=%7Bnot".to_vec(), "not an interaction payload"),
         (
             form(&json!({"type": "block_actions", "actions": []})),
-            "not an interaction payload",
+            "without actions",
         ),
         (
-            form(&{
-                let mut p = click_payload(NOT_MINE, value);
-                p["actions"] = json!([]);
-                p
-            }),
-            "without actions",
+            form(&json!({"type": "block_actions", "actions": [{"action_id": KEEP_4H}]})),
+            "not an interaction payload",
         ),
         (form(&click_payload(NOT_MINE, "{}")), "button value"),
         (
