@@ -1,5 +1,7 @@
-//! Outgoing HTTPS clients (Prometheus, Slack): the process' one rustls provider, extra
-//! CAs to trust, a client certificate for mutual TLS, and errors that name the flag to fix.
+//! Outgoing HTTPS clients (Prometheus): the process' one rustls provider, extra CAs to
+//! trust, a client certificate for mutual TLS, and errors that name the flag to fix.
+//! (Slack's client is slack-morphism's hyper connector; `notify::slack` builds its rustls
+//! config on the same ring provider.)
 
 use std::path::Path;
 

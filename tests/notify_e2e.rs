@@ -327,6 +327,14 @@ async fn one_warning_per_idle_period_an_outage_retried_and_keep_4h_delays_the_ac
         answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
         "{answer}"
     );
+    // Both requests are counted on the controller's own /metrics.
+    let m = metrics(port);
+    for line in [
+        "gpu_reaper_slack_interactions_total{outcome=\"kept_4h\"} 1",
+        "gpu_reaper_slack_interactions_total{outcome=\"bad_signature\"} 1",
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+    }
     drop(controller);
     let until: Timestamp = deployment(&s)["metadata"]["annotations"]["gpureaper.io/snooze-until"]
         .as_str()

@@ -19,9 +19,9 @@ use axum::routing::{any, post};
 use gpu_reaper::admission::server::{CertReloader, serve_tls, tls_config};
 use gpu_reaper::cluster::inventory::ObjectInfo;
 use gpu_reaper::notify::content::{Fields, Kind, Templates};
-use gpu_reaper::notify::interact::{self, InteractState};
+use gpu_reaper::notify::interact::{self, InteractState, Outcome};
 use gpu_reaper::notify::owner::{self, Owner, OwnerSource};
-use gpu_reaper::notify::slack::{SlackApi, SlackNotifier, http_client};
+use gpu_reaper::notify::slack::{SlackApi, SlackNotifier, https_connector};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
 use jiff::{SignedDuration, Timestamp};
 mod common;
@@ -396,8 +396,9 @@ impl Slack {
     }
 
     fn api(&self) -> SlackApi {
-        let http = http_client(Some(&self.dir.path().join("ca.pem")), "--slack-ca-file").unwrap();
-        SlackApi::new(&format!("{}/api", self.url), self.token_file(), http)
+        let https =
+            https_connector(Some(&self.dir.path().join("ca.pem")), "--slack-ca-file").unwrap();
+        SlackApi::new(&format!("{}/api", self.url), self.token_file(), https)
     }
 
     /// The notifier exactly as the controller builds it from its flags.
@@ -635,6 +636,81 @@ async fn the_token_is_read_again_on_every_send() {
     );
 }
 
+/// An HTTP CONNECT proxy on loopback that records the targets it tunnelled to.
+async fn connect_proxy() -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let targets = Arc::new(Mutex::new(Vec::new()));
+    let seen = targets.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let Some(target) = head
+                    .strip_prefix("CONNECT ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                else {
+                    let _ = client
+                        .write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+                        .await;
+                    return;
+                };
+                seen.lock().unwrap().push(target.to_string());
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                    return;
+                };
+                let _ = client
+                    .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                    .await;
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (url, targets)
+}
+
+#[tokio::test]
+async fn an_https_proxy_is_tunnelled_through_unless_no_proxy_exempts_the_host() {
+    use hyper_util::client::proxy::matcher::Matcher;
+    let slack = Slack::start().await;
+    let (proxy, targets) = connect_proxy().await;
+    let ca = slack.dir.path().join("ca.pem");
+    let api = |proxies: Matcher| {
+        let https = gpu_reaper::notify::slack::https_connector_with_proxies(
+            Some(&ca),
+            "--slack-ca-file",
+            proxies,
+        )
+        .unwrap();
+        SlackNotifier::new(SlackApi::new(
+            &format!("{}/api", slack.url),
+            slack.token_file(),
+            https,
+        ))
+    };
+    let n = warning(owner_of("U0ANA0001"), None);
+    let via_proxy = api(Matcher::builder().https(proxy.clone()).build());
+    assert_eq!(via_proxy.notify(&n).await.unwrap(), "Slack DM to U0ANA0001");
+    let host = slack.url.trim_start_matches("https://").to_string();
+    assert_eq!(*targets.lock().unwrap(), [host]);
+    let exempt = api(Matcher::builder().https(proxy).no("127.0.0.1").build());
+    assert_eq!(exempt.notify(&n).await.unwrap(), "Slack DM to U0ANA0001");
+    assert_eq!(targets.lock().unwrap().len(), 1, "NO_PROXY goes direct");
+    assert_eq!(slack.fake.calls("chat.postMessage").len(), 2);
+    assert_contract(&slack);
+}
+
 // ---- interactivity -------------------------------------------------------------------
 
 fn deployment(ns: &str) -> Value {
@@ -801,7 +877,7 @@ async fn keep_4h_snoozes_the_workload_and_replaces_the_message() {
     );
     assert_eq!(blocks[0]["type"], "header", "the rest of the message stays");
     assert_eq!(blocks.last().unwrap()["type"], "context");
-    assert_eq!(c.state.counts().snapshot()["kept"], 1);
+    assert_eq!(c.state.metrics().count(Outcome::Kept4h), 1);
     assert_contract(&c.slack);
 }
 
@@ -819,7 +895,8 @@ async fn keep_24h_is_capped_at_the_policys_max_snooze() {
         text.contains(&format!("capped at policy {}'s maxSnooze of 6h", c.policy)),
         "{text}"
     );
-    assert_eq!(c.state.counts().snapshot()["capped"], 1);
+    assert_eq!(c.state.metrics().capped(), 1);
+    assert_eq!(c.state.metrics().count(Outcome::Kept24h), 1);
 }
 
 #[tokio::test]
@@ -840,7 +917,7 @@ async fn a_bad_signature_is_refused_and_changes_nothing() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(snooze_until(&c), None);
     assert!(c.slack.fake.calls("response_url").is_empty());
-    assert_eq!(c.state.counts().snapshot()["bad_signature"], 3);
+    assert_eq!(c.state.metrics().count(Outcome::BadSignature), 3);
 }
 
 #[tokio::test]
@@ -858,7 +935,7 @@ async fn a_stale_timestamp_is_refused_even_when_signed() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(reason.contains("5 minutes"), "{reason}");
     assert_eq!(snooze_until(&c), None);
-    assert_eq!(c.state.counts().snapshot()["stale"], 1);
+    assert_eq!(c.state.metrics().count(Outcome::Stale), 1);
 }
 
 #[tokio::test]
@@ -872,8 +949,8 @@ async fn a_replayed_request_is_refused() {
     let (again, reason) = send(&c, &body, now, &signature).await;
     assert_eq!(again, StatusCode::UNAUTHORIZED);
     assert!(reason.contains("replay"), "{reason}");
-    assert_eq!(c.state.counts().snapshot()["kept"], 1);
-    assert_eq!(c.state.counts().snapshot()["replayed"], 1);
+    assert_eq!(c.state.metrics().count(Outcome::Kept4h), 1);
+    assert_eq!(c.state.metrics().count(Outcome::Replayed), 1);
 }
 
 #[tokio::test]
@@ -892,7 +969,7 @@ async fn not_mine_tells_the_policy_channel_who_the_owner_was_resolved_from() {
     let answers = c.slack.fake.wait_calls("response_url", 1).await;
     assert_eq!(answers[0].body["replace_original"], true);
     assert_eq!(snooze_until(&c), None, "not mine keeps nothing");
-    assert_eq!(c.state.counts().snapshot()["not_mine"], 1);
+    assert_eq!(c.state.metrics().count(Outcome::NotMine), 1);
     assert_contract(&c.slack);
 }
 
@@ -913,7 +990,7 @@ async fn a_click_for_a_deleted_policy_is_explained_to_the_clicker_only() {
         "{answer}"
     );
     assert_eq!(snooze_until(&c), None);
-    assert_eq!(c.state.counts().snapshot()["failed"], 1);
+    assert_eq!(c.state.metrics().count(Outcome::UnknownWorkload), 1);
 }
 
 #[tokio::test]
@@ -935,8 +1012,8 @@ async fn a_malformed_signed_payload_gets_400_with_a_reason() {
     // Link clicks are reported by Slack too, and need only a 200.
     let (status, _) = signed(&c, &click_body(&c, "open_workload", &c.policy)).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(c.state.counts().snapshot()["malformed"], 3);
-    assert_eq!(c.state.counts().snapshot()["ignored"], 1);
+    assert_eq!(c.state.metrics().count(Outcome::Malformed), 3);
+    assert_eq!(c.state.metrics().count(Outcome::Ignored), 1);
 }
 
 #[tokio::test]
@@ -953,16 +1030,52 @@ async fn interactivity_is_off_without_a_signing_secret_and_names_the_flag_on_err
     args.slack_signing_secret_file = Some(c.slack.dir.path().join("absent"));
     let err = InteractState::from_args(&args, client.clone(), Some(&notifier))
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(err.starts_with("--slack-signing-secret-file "), "{err}");
     args.slack_signing_secret_file = Some(c.slack.dir.path().join("signing-secret"));
     let err = InteractState::from_args(&args, client.clone(), None)
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(err.contains("needs --slack-token-file"), "{err}");
     assert!(
         InteractState::from_args(&args, client, Some(&notifier))
             .unwrap()
             .is_some()
     );
+}
+
+#[tokio::test]
+async fn a_signed_click_is_counted_in_the_metrics_text() {
+    let c = cluster().await;
+    // As the controller serves them: registered in its `gpu_reaper` registry.
+    let mut registry = prometheus_client::registry::Registry::with_prefix("gpu_reaper");
+    let metrics = interact::InteractionMetrics::default();
+    metrics.register(&mut registry);
+    let app = interact::router(c.state.clone().with_metrics(metrics));
+    let body = click_body(&c, "keep_4h", &c.policy);
+    let now = Timestamp::now().as_second();
+    let mut statuses = Vec::new();
+    for signature in [slack_signature(SIGNING_SECRET, now, &body), "v0=00".into()] {
+        let request = Request::post("/slack/interactivity")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-slack-request-timestamp", now.to_string())
+            .header("x-slack-signature", signature)
+            .body(Body::from(body.clone()))
+            .unwrap();
+        statuses.push(app.clone().oneshot(request).await.unwrap().status());
+    }
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::UNAUTHORIZED]);
+    assert!(snooze_until(&c).is_some());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"gpu_reaper_slack_interactions_total{outcome="kept_4h"} 1"#,
+        r#"gpu_reaper_slack_interactions_total{outcome="bad_signature"} 1"#,
+        r#"gpu_reaper_slack_interactions_total{outcome="kept_24h"} 0"#,
+        "gpu_reaper_slack_snoozes_capped_total 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
 }

@@ -133,10 +133,10 @@ impl Settings {
                     flag: "notify-templates",
                     message: format!("{}: {e}", path.display()),
                 })?;
-                Templates::from_yaml(&text, &path.display().to_string()).map_err(|message| {
+                Templates::from_yaml(&text, &path.display().to_string()).map_err(|e| {
                     Error::InvalidArgument {
                         flag: "notify-templates",
-                        message,
+                        message: e.to_string(),
                     }
                 })?
             }
@@ -204,10 +204,10 @@ impl Notifiers {
         if let Some(slack) = slack {
             personal.push((Channel::Slack, Box::new(slack)));
         }
-        let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|message| {
+        let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|e| {
             Error::InvalidArgument {
                 flag: "smtp",
-                message,
+                message: e.to_string(),
             }
         })?;
         if let Some(email) = email {
@@ -222,9 +222,9 @@ impl Notifiers {
 
 /// The Slack notifier the flags configure (None without a token file).
 pub fn slack_from_args(args: &NotifyArgs) -> Result<Option<SlackNotifier>> {
-    SlackNotifier::from_args(args).map_err(|message| Error::InvalidArgument {
+    SlackNotifier::from_args(args).map_err(|e| Error::InvalidArgument {
         flag: "slack",
-        message,
+        message: e.to_string(),
     })
 }
 
@@ -266,7 +266,7 @@ impl Context {
             notifiers,
             telemetry,
             clock,
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(Metrics::default()),
             leading: Arc::new(AtomicBool::new(true)),
             settings,
             caches: None,

@@ -39,13 +39,16 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(&crate::notify::interact::InteractionMetrics::default())
     }
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// The controller's metrics, with the Slack interaction outcomes `interactions` counts
+    /// (the `/slack/interactivity` endpoint is served beside them).
+    pub fn new(interactions: &crate::notify::interact::InteractionMetrics) -> Self {
         let mut registry = Registry::with_prefix("gpu_reaper");
+        interactions.register(&mut registry);
         let governed_gpus = Family::default();
         registry.register(
             "governed_gpus",

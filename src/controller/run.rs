@@ -88,7 +88,8 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
         config.default_retry = false;
         let client =
             Client::try_from(config).map_err(kube_err("building the Kubernetes client"))?;
-        let metrics = Arc::new(Metrics::new());
+        let interactions = crate::notify::interact::InteractionMetrics::default();
+        let metrics = Arc::new(Metrics::new(&interactions));
         let ready = Arc::new(AtomicBool::new(false));
         if !args.once {
             let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -102,11 +103,11 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                 client.clone(),
                 slack.as_ref(),
             )
-            .map_err(|message| Error::InvalidArgument {
+            .map_err(|e| Error::InvalidArgument {
                 flag: "slack-signing-secret-file",
-                message,
+                message: e.to_string(),
             })?
-            .map(crate::notify::interact::router);
+            .map(|state| crate::notify::interact::router(state.with_metrics(interactions)));
             tokio::spawn(serve_admin(
                 listener,
                 metrics.clone(),

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use super::error::NotifyError;
+
 /// The steps a message exists for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -143,15 +145,16 @@ fn placeholders(text: &str) -> impl Iterator<Item = &str> {
 impl Templates {
     /// Overrides from YAML (`warning: {subject, text}`, `reclaimed: …`; either may be
     /// left out). Errors name the template and the unknown field.
-    pub fn from_yaml(text: &str, source: &str) -> Result<Self, String> {
+    pub fn from_yaml(text: &str, source: &str) -> Result<Self, NotifyError> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct File {
             warning: Option<Template>,
             reclaimed: Option<Template>,
         }
-        let file: File = serde_yaml::from_str(text).map_err(|e| {
-            format!("{source}: not a templates file ({e}); expected `warning:` and/or `reclaimed:` with `subject` and `text`")
+        let file: File = serde_yaml::from_str(text).map_err(|e| NotifyError::TemplatesFile {
+            file: source.to_string(),
+            source: e,
         })?;
         let mut templates = Self::default();
         if let Some(t) = file.warning {
@@ -165,17 +168,19 @@ impl Templates {
     }
 
     /// Every placeholder names a known field.
-    pub fn check(&self, source: &str) -> Result<(), String> {
+    pub fn check(&self, source: &str) -> Result<(), NotifyError> {
         for (kind, t) in [("warning", &self.warning), ("reclaimed", &self.reclaimed)] {
             for (part, text) in [("subject", &t.subject), ("text", &t.text)] {
                 if let Some(unknown) =
                     placeholders(text).find(|p| !FIELDS.iter().any(|(f, _)| f == p))
                 {
                     let known: Vec<&str> = FIELDS.iter().map(|(f, _)| *f).collect();
-                    return Err(format!(
-                        "{source}: {kind}.{part} uses {{{unknown}}}, which is not a field; use one of {}",
-                        known.join(", ")
-                    ));
+                    return Err(NotifyError::UnknownField {
+                        file: source.to_string(),
+                        template: format!("{kind}.{part}"),
+                        field: unknown.to_string(),
+                        known: known.join(", "),
+                    });
                 }
             }
         }
@@ -327,9 +332,12 @@ mod tests {
         );
         assert_eq!(t.reclaimed, Templates::default().reclaimed);
         let err = Templates::from_yaml("reclaimed:\n  subject: \"{nmae}\"\n  text: x\n", "t.yaml")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("t.yaml: reclaimed.subject uses {nmae}, which is not a field; use one of namespace, kind"), "{err}");
-        let err = Templates::from_yaml("warnings: {}\n", "t.yaml").unwrap_err();
+        let err = Templates::from_yaml("warnings: {}\n", "t.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown field `warnings`"), "{err}");
     }
 

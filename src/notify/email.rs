@@ -27,6 +27,7 @@ use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter,
 use lettre::{Address, Message};
 
 use super::content::{Kind, html_escape};
+use super::error::{NotifyError, Result};
 use super::{Failure, Notification, Notifier, Personal};
 use crate::cli::{NotifyArgs, SmtpSecurity};
 
@@ -79,51 +80,64 @@ impl std::fmt::Debug for EmailNotifier {
     }
 }
 
-fn read_password(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+const PASSWORD_FLAG: &str = "--smtp-password-file";
+
+fn read_password(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|source| NotifyError::File {
+        flag: PASSWORD_FLAG,
+        path: path.to_path_buf(),
+        source,
+    })?;
     // Secrets mounted from files often end with a newline nobody meant as part of them.
+    // (Unlike the Slack secrets, other whitespace may be part of a password.)
     let password = text.trim_end_matches(['\r', '\n']);
     if password.is_empty() {
-        return Err(format!("{}: the file is empty", path.display()));
+        return Err(NotifyError::EmptyFile {
+            flag: PASSWORD_FLAG,
+            path: path.to_path_buf(),
+        });
     }
     Ok(password.to_string())
 }
 
-fn tls_parameters(host: &str, ca_file: Option<&Path>) -> Result<TlsParameters, String> {
+fn tls_parameters(host: &str, ca_file: Option<&Path>) -> Result<TlsParameters> {
+    const FLAG: &str = "--smtp-ca-file";
     let mut builder = TlsParameters::builder(host.to_string());
     if let Some(path) = ca_file {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("--smtp-ca-file {}: cannot read it: {e}", path.display()))?;
+        let pem = std::fs::read(path).map_err(|source| NotifyError::File {
+            flag: FLAG,
+            path: path.to_path_buf(),
+            source,
+        })?;
         // lettre accepts a file without any certificate; an empty trust addition is a
         // mistake the operator should hear about now, not at the first handshake.
         use rustls::pki_types::CertificateDer;
         use rustls::pki_types::pem::PemObject;
         let count = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                format!(
-                    "--smtp-ca-file {}: not a PEM certificate bundle ({e})",
-                    path.display()
-                )
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|source| NotifyError::Pem {
+                flag: FLAG,
+                path: path.to_path_buf(),
+                source,
             })?
             .len();
         if count == 0 {
-            return Err(format!(
-                "--smtp-ca-file {}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
-                path.display()
-            ));
+            return Err(NotifyError::Invalid {
+                flag: FLAG,
+                message: format!(
+                    "{}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+                    path.display()
+                ),
+            });
         }
-        let certificate = Certificate::from_pem(&pem).map_err(|e| {
-            format!(
-                "--smtp-ca-file {}: not a PEM certificate bundle ({e})",
-                path.display()
-            )
-        })?;
+        let certificate = Certificate::from_pem(&pem)
+            .map_err(|source| NotifyError::SmtpTls { flag: FLAG, source })?;
         builder = builder.add_root_certificate(certificate);
     }
-    builder
-        .build()
-        .map_err(|e| format!("--smtp-host {host}: cannot set up TLS for it ({e})"))
+    builder.build().map_err(|source| NotifyError::SmtpTls {
+        flag: "--smtp-host",
+        source,
+    })
 }
 
 impl EmailNotifier {
@@ -131,7 +145,7 @@ impl EmailNotifier {
     /// Errors name the flag to fix: an unreadable or empty CA file, a From that is not an
     /// address, a user without a readable password file (or the reverse), a password over
     /// an unencrypted connection.
-    pub fn from_args(args: &NotifyArgs) -> Result<Option<EmailNotifier>, String> {
+    pub fn from_args(args: &NotifyArgs) -> Result<Option<EmailNotifier>> {
         let Some(host) = args
             .smtp_host
             .as_deref()
@@ -140,14 +154,20 @@ impl EmailNotifier {
         else {
             return Ok(None);
         };
-        let from: Mailbox = args.smtp_from.trim().parse().map_err(|e| {
-            format!(
-                "--smtp-from {:?}: not an email address ({e}); e.g. \"gpu-reaper <gpu-reaper@example.com>\"",
+        let from: Mailbox = args.smtp_from.trim().parse().map_err(|e| NotifyError::Invalid {
+            flag: "--smtp-from",
+            message: format!(
+                "{:?}: not an email address ({e}); e.g. \"gpu-reaper <gpu-reaper@example.com>\"",
                 args.smtp_from
-            )
+            ),
         })?;
         let port = match (args.smtp_port, args.smtp_security) {
-            (Some(0), _) => return Err("--smtp-port 0: not a port".into()),
+            (Some(0), _) => {
+                return Err(NotifyError::Invalid {
+                    flag: "--smtp-port",
+                    message: "0: not a port".into(),
+                });
+            }
             (Some(port), _) => port,
             (None, SmtpSecurity::Starttls) => 587,
             (None, SmtpSecurity::Tls) => 465,
@@ -160,10 +180,13 @@ impl EmailNotifier {
             SmtpSecurity::Tls => Security::Tls(tls_parameters(host, args.smtp_ca_file.as_deref())?),
             SmtpSecurity::None => {
                 if let Some(path) = &args.smtp_ca_file {
-                    return Err(format!(
-                        "--smtp-ca-file {}: --smtp-security none uses no TLS; use starttls or tls, or drop the CA file",
-                        path.display()
-                    ));
+                    return Err(NotifyError::Invalid {
+                        flag: "--smtp-ca-file",
+                        message: format!(
+                            "{}: --smtp-security none uses no TLS; use starttls or tls, or drop the CA file",
+                            path.display()
+                        ),
+                    });
                 }
                 Security::None
             }
@@ -171,23 +194,27 @@ impl EmailNotifier {
         let login = match (&args.smtp_user, &args.smtp_password_file) {
             (None, None) => None,
             (Some(_), None) => {
-                return Err(
-                    "--smtp-user needs --smtp-password-file (a file holding the password)".into(),
-                );
+                return Err(NotifyError::Invalid {
+                    flag: "--smtp-user",
+                    message: "needs --smtp-password-file (a file holding the password)".into(),
+                });
             }
             (None, Some(path)) => {
-                return Err(format!(
-                    "--smtp-password-file {}: needs --smtp-user",
-                    path.display()
-                ));
+                return Err(NotifyError::Invalid {
+                    flag: PASSWORD_FLAG,
+                    message: format!("{}: needs --smtp-user", path.display()),
+                });
             }
             (Some(user), Some(path)) => {
                 if matches!(security, Security::None) {
-                    return Err(format!(
-                        "--smtp-user {user}: --smtp-security none would send the password in clear text; use starttls or tls"
-                    ));
+                    return Err(NotifyError::Invalid {
+                        flag: "--smtp-user",
+                        message: format!(
+                            "{user}: --smtp-security none would send the password in clear text; use starttls or tls"
+                        ),
+                    });
                 }
-                read_password(path).map_err(|e| format!("--smtp-password-file {e}"))?;
+                read_password(path)?;
                 Some((user.clone(), path.clone()))
             }
         };
@@ -211,7 +238,7 @@ impl EmailNotifier {
         recipients: &[Address],
         message: &[u8],
         credentials: Option<&Credentials>,
-    ) -> Result<(AsyncSmtpConnection, Delivery), Failure> {
+    ) -> std::result::Result<(AsyncSmtpConnection, Delivery), Failure> {
         let server = self.server();
         let hello = ClientId::default();
         let wrapper = match &self.security {
@@ -253,7 +280,7 @@ impl EmailNotifier {
         recipients: &[Address],
         message: &[u8],
         credentials: Option<&Credentials>,
-    ) -> Result<Delivery, Failure> {
+    ) -> std::result::Result<Delivery, Failure> {
         let server = self.server();
         let retry = |what: &str, e: lettre::transport::smtp::Error| {
             Failure::Retry(format!("SMTP {server}: {what}: {e}"))
@@ -320,7 +347,7 @@ impl EmailNotifier {
         Ok(delivery)
     }
 
-    async fn send(&self, n: &Notification, p: &Personal) -> Result<String, Failure> {
+    async fn send(&self, n: &Notification, p: &Personal) -> std::result::Result<String, Failure> {
         let workload = workload_key(n);
         if p.owner.emails.is_empty() {
             return Err(Failure::Unrouted(format!(
@@ -346,14 +373,12 @@ impl EmailNotifier {
         let credentials = match &self.login {
             Some((user, path)) => Some(Credentials::new(
                 user.clone(),
-                read_password(path).map_err(|e| {
-                    Failure::Retry(format!("SMTP password (--smtp-password-file) {e}"))
-                })?,
+                read_password(path).map_err(|e| Failure::Retry(format!("SMTP password {e}")))?,
             )),
             None => None,
         };
         let message = message(&self.from, &recipients, n, p)
-            .map_err(|e| Failure::Retry(format!("building the email for {workload}: {e}")))?
+            .map_err(|e| Failure::Retry(e.to_string()))?
             .formatted();
         let server = self.server();
         let (mut conn, delivery) = tokio::time::timeout(
@@ -436,7 +461,7 @@ fn message(
     recipients: &[Address],
     n: &Notification,
     p: &Personal,
-) -> Result<Message, String> {
+) -> Result<Message> {
     let mut builder = Message::builder()
         .from(from.clone())
         .subject(p.rendered.subject.as_str())
@@ -451,7 +476,10 @@ fn message(
             p.rendered.text.clone(),
             html(p),
         ))
-        .map_err(|e| e.to_string())
+        .map_err(|source| NotifyError::EmailMessage {
+            workload: workload_key(n),
+            source,
+        })
 }
 
 impl Notifier for EmailNotifier {
@@ -459,7 +487,10 @@ impl Notifier for EmailNotifier {
         "email"
     }
 
-    fn notify<'a>(&'a self, n: &'a Notification) -> BoxFuture<'a, Result<String, Failure>> {
+    fn notify<'a>(
+        &'a self,
+        n: &'a Notification,
+    ) -> BoxFuture<'a, std::result::Result<String, Failure>> {
         async move {
             match &n.personal {
                 Some(p) => self.send(n, p).await,
@@ -621,265 +652,5 @@ pub fn html(p: &Personal) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::notify::content::{Fields, Templates};
-    use crate::notify::owner::{Owner, OwnerSource};
-
-    fn fields() -> Fields {
-        Fields::from([
-            ("namespace", "ml".to_string()),
-            ("kind", "Deployment".to_string()),
-            ("name", "chat".to_string()),
-            ("workload", "ml/Deployment/chat".to_string()),
-            ("policy", "research".to_string()),
-            ("gpus", "2".to_string()),
-            ("model", "NVIDIA H100 80GB HBM3".to_string()),
-            ("idle_since", "2026-11-29T19:00:00Z".to_string()),
-            ("idle_for", "2h".to_string()),
-            ("shape", "MemoryHeld".to_string()),
-            ("hourly_usd", "8.00".to_string()),
-            ("wasted_usd", "16.00".to_string()),
-            ("action", "ScaleToZero".to_string()),
-            ("action_verb", "scale it to zero".to_string()),
-            ("action_at", "2026-11-29T22:00:00Z".to_string()),
-            (
-                "snooze_command",
-                "kubectl annotate deployment/chat -n ml gpureaper.io/snooze-until=2026-11-30T01:00:00Z --overwrite".to_string(),
-            ),
-            ("wake_command", "gpu-reaper wake ml/Deployment/chat".to_string()),
-            ("owner", "ana@example.com (from the workload)".to_string()),
-        ])
-    }
-
-    fn personal(kind: Kind, fields: Fields) -> Personal {
-        Personal {
-            kind,
-            rendered: Templates::default().render(kind, &fields),
-            fields,
-            owner: Owner {
-                emails: vec!["ana@example.com".into()],
-                source: OwnerSource::Workload,
-                ..Owner::default()
-            },
-            policy: "research".into(),
-            slack_channel: None,
-        }
-    }
-
-    fn args(host: Option<&str>) -> NotifyArgs {
-        NotifyArgs {
-            smtp_host: host.map(str::to_string),
-            smtp_from: "gpu-reaper <gpu-reaper@localhost>".into(),
-            ..NotifyArgs::default()
-        }
-    }
-
-    #[test]
-    fn the_warning_html_has_heading_sentence_evidence_and_the_snooze_command() {
-        let html = html(&personal(Kind::Warning, fields()));
-        assert!(
-            html.contains("<h2 style=\"margin:0 0 12px\">Idle GPUs: ml/Deployment/chat</h2>"),
-            "{html}"
-        );
-        assert!(html.contains("2 NVIDIA H100 80GB HBM3 held by Deployment <b>chat</b> in namespace ml have been idle for 2h. gpu-reaper will scale it to zero at <b>2026-11-29T22:00:00Z</b>"), "{html}");
-        assert!(html.contains(">2 × NVIDIA H100 80GB HBM3</td>"), "{html}");
-        assert!(html.contains(">2026-11-29T19:00:00Z (2h)</td>"), "{html}");
-        assert!(
-            html.contains(">16.00 USD so far, 8.00 USD per hour</td>"),
-            "{html}"
-        );
-        assert!(
-            html.contains(">ScaleToZero at 2026-11-29T22:00:00Z</td>"),
-            "{html}"
-        );
-        assert!(
-            html.contains("gpureaper.io/snooze-until=2026-11-30T01:00:00Z --overwrite</pre>"),
-            "{html}"
-        );
-        assert!(
-            !html.contains("gpu-reaper wake"),
-            "a warning has nothing to wake: {html}"
-        );
-        assert!(!html.contains("<a "), "no url, no link: {html}");
-    }
-
-    #[test]
-    fn the_reclaimed_html_has_the_wake_command_and_a_link_when_there_is_a_url() {
-        let mut f = fields();
-        f.insert("detail", "scaled to zero from 2 replicas".into());
-        f.insert(
-            "url",
-            "https://grafana.example.com/d/x?ns=ml&name=chat".into(),
-        );
-        let html = html(&personal(Kind::Reclaimed, f));
-        assert!(
-            html.contains("Reclaimed idle GPUs: ml/Deployment/chat</h2>"),
-            "{html}"
-        );
-        assert!(
-            html.contains(
-                "from Deployment <b>chat</b> in namespace ml: scaled to zero from 2 replicas."
-            ),
-            "{html}"
-        );
-        assert!(
-            html.contains(">gpu-reaper wake ml/Deployment/chat</pre>"),
-            "{html}"
-        );
-        assert!(html.contains("<a href=\"https://grafana.example.com/d/x?ns=ml&amp;name=chat\">Open ml/Deployment/chat</a>"), "{html}");
-    }
-
-    #[test]
-    fn every_value_in_the_html_is_escaped_and_odd_urls_are_not_links() {
-        let mut f = fields();
-        f.insert("name", "<script>alert(1)</script>".into());
-        f.insert("shape", "\"Unused\" & 'idle'".into());
-        f.insert("url", "javascript:alert(1)".into());
-        let mut p = personal(Kind::Warning, f);
-        p.rendered.subject = "</title><script>x</script>".into();
-        let html = html(&p);
-        assert!(!html.contains("<script>"), "{html}");
-        assert!(
-            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
-            "{html}"
-        );
-        assert!(
-            html.contains("&quot;Unused&quot; &amp; &#39;idle&#39;"),
-            "{html}"
-        );
-        assert!(!html.contains("href"), "{html}");
-        assert!(html.contains("Dashboard: javascript:alert(1)"), "{html}");
-    }
-
-    #[test]
-    fn missing_fields_leave_no_dangling_words_or_empty_rows() {
-        let html = html(&personal(
-            Kind::Warning,
-            Fields::from([("workload", "ml/Job/train".to_string())]),
-        ));
-        assert!(
-            html.contains("<p>GPUs held by ml/Job/train have been idle.</p>"),
-            "{html}"
-        );
-        assert!(!html.contains("<tr>"), "{html}");
-        assert!(!html.contains("<pre"), "{html}");
-        assert!(!html.contains(" at <b></b>"), "{html}");
-    }
-
-    #[test]
-    fn email_is_off_without_a_host() {
-        assert!(EmailNotifier::from_args(&args(None)).unwrap().is_none());
-        assert!(
-            EmailNotifier::from_args(&args(Some("  ")))
-                .unwrap()
-                .is_none()
-        );
-        let on = EmailNotifier::from_args(&args(Some("smtp.example.com")))
-            .unwrap()
-            .unwrap();
-        assert_eq!((on.host.as_str(), on.port), ("smtp.example.com", 587));
-        assert_eq!(on.name(), "email");
-    }
-
-    #[test]
-    fn ports_default_by_security() {
-        for (security, port) in [
-            (SmtpSecurity::Starttls, 587),
-            (SmtpSecurity::Tls, 465),
-            (SmtpSecurity::None, 25),
-        ] {
-            let mut a = args(Some("smtp.example.com"));
-            a.smtp_security = security;
-            assert_eq!(EmailNotifier::from_args(&a).unwrap().unwrap().port, port);
-            a.smtp_port = Some(2525);
-            assert_eq!(EmailNotifier::from_args(&a).unwrap().unwrap().port, 2525);
-        }
-    }
-
-    #[test]
-    fn bad_settings_are_refused_naming_the_flag() {
-        let dir = tempfile::tempdir().unwrap();
-        let err = |a: &NotifyArgs| EmailNotifier::from_args(a).unwrap_err();
-
-        let mut a = args(Some("smtp.example.com"));
-        a.smtp_ca_file = Some(dir.path().join("missing.pem"));
-        assert!(err(&a).starts_with("--smtp-ca-file "), "{}", err(&a));
-        let not_pem = dir.path().join("not.pem");
-        std::fs::write(&not_pem, "hello").unwrap();
-        a.smtp_ca_file = Some(not_pem);
-        assert!(
-            err(&a).contains("--smtp-ca-file") && err(&a).contains("no PEM certificate"),
-            "{}",
-            err(&a)
-        );
-
-        let mut a = args(Some("smtp.example.com"));
-        a.smtp_from = "gpu-reaper at example dot com".into();
-        assert!(err(&a).starts_with("--smtp-from "), "{}", err(&a));
-
-        let mut a = args(Some("smtp.example.com"));
-        a.smtp_user = Some("reaper".into());
-        assert!(
-            err(&a).starts_with("--smtp-user needs --smtp-password-file"),
-            "{}",
-            err(&a)
-        );
-        a.smtp_password_file = Some(dir.path().join("missing-password"));
-        assert!(err(&a).starts_with("--smtp-password-file "), "{}", err(&a));
-        let empty = dir.path().join("empty");
-        std::fs::write(&empty, "\n").unwrap();
-        a.smtp_password_file = Some(empty);
-        assert!(err(&a).contains("empty"), "{}", err(&a));
-        let password = dir.path().join("password");
-        std::fs::write(&password, "s3cret\n").unwrap();
-        a.smtp_password_file = Some(password.clone());
-        assert!(EmailNotifier::from_args(&a).unwrap().is_some());
-        a.smtp_security = SmtpSecurity::None;
-        assert!(err(&a).contains("clear text"), "{}", err(&a));
-
-        let mut a = args(Some("smtp.example.com"));
-        a.smtp_password_file = Some(password);
-        assert!(err(&a).contains("needs --smtp-user"), "{}", err(&a));
-
-        let mut a = args(Some("smtp.example.com"));
-        a.smtp_port = Some(0);
-        assert!(err(&a).starts_with("--smtp-port 0"), "{}", err(&a));
-    }
-
-    #[test]
-    fn the_message_id_is_stable_for_the_same_notice_and_differs_between_notices() {
-        let n = |p: Personal, reason| Notification {
-            workload: crate::cluster::inventory::ObjectInfo {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "ml".into(),
-                name: "chat".into(),
-                owner: None,
-                labels: Default::default(),
-                annotations: Default::default(),
-                created_at: jiff::Timestamp::UNIX_EPOCH,
-                deleting: false,
-            },
-            reason,
-            severity: crate::notify::Severity::Warning,
-            message: String::new(),
-            personal: Some(p),
-        };
-        let warning = personal(Kind::Warning, fields());
-        let a = message_id(&n(warning.clone(), "IdleGpus"), &warning, "example.com");
-        let b = message_id(&n(warning.clone(), "IdleGpus"), &warning, "example.com");
-        assert_eq!(a, b);
-        assert!(
-            a.starts_with("<gpu-reaper.idlegpus.") && a.ends_with("@example.com>"),
-            "{a}"
-        );
-        let reclaimed = personal(Kind::Reclaimed, fields());
-        let c = message_id(
-            &n(reclaimed.clone(), "Reclaimed"),
-            &reclaimed,
-            "example.com",
-        );
-        assert_ne!(a, c);
-    }
-}
+#[path = "email_tests.rs"]
+mod tests;

@@ -3,18 +3,22 @@
 //! (`slack`) and email (`email`) carry the warnings and reclaim notices of the policies
 //! that list them in `warn.channels`, to the owner `owner` resolves, with the content
 //! `content` renders. Delivery state (sent once per idle period, retried on failure) is
-//! the controller's: see `controller::deliver`.
+//! the controller's: see `controller::deliver`. `interact` answers the Slack buttons and
+//! counts their outcomes in `metrics`; `error` is the room's one error type.
 
 pub mod content;
 pub mod email;
+pub mod error;
 pub mod events;
 pub mod interact;
+pub mod metrics;
 pub mod owner;
 pub mod slack;
 
 use futures::future::BoxFuture;
 
 use crate::cluster::inventory::ObjectInfo;
+pub use error::NotifyError;
 
 /// How loud a notification is (the Event type; a chat message's colour).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

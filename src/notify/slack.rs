@@ -3,26 +3,44 @@
 //! nobody on Slack, to the policy's `warn.slackChannel` (docs/notifications.md#slack).
 //!
 //! IO edge over the Slack Web API (`chat.postMessage`, `users.lookupByEmail`) with
-//! reqwest on the process' rustls provider. The message itself is built by the pure
-//! [`message_blocks`]; warnings carry the "Keep 4h", "Keep 24h" and "Not mine" buttons
-//! whose clicks `interact` handles. The bot token is re-read from its file on every send
-//! so a rotated Secret is picked up without a restart.
+//! slack-morphism's typed client on a hyper connector whose rustls config is built here
+//! (the process' ring provider, the platform's roots plus `--slack-ca-file`). The message
+//! itself is built by the pure [`message_blocks`] from slack-morphism's Block Kit types;
+//! warnings carry the "Keep 4h", "Keep 24h" and "Not mine" buttons whose clicks
+//! `interact` handles. The bot token is re-read from its file on every send so a rotated
+//! Secret is picked up without a restart.
 //!
 //! Failures map to [`Failure`]: rate limits (429 + `Retry-After`) are waited out up to a
-//! bound, then reported as `Retry` like 5xx answers and transport errors; Slack's
+//! bound (backon), then reported as `Retry` like 5xx answers and transport errors; Slack's
 //! `channel_not_found` / `users_not_found` are `Unrouted` (retrying cannot help).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use backon::{ConstantBuilder, Retryable};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use reqwest::StatusCode;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use slack_morphism::api::{
+    SlackApiChatPostMessageRequest, SlackApiPostWebhookMessageRequest,
+    SlackApiUsersLookupByEmailRequest,
+};
+use slack_morphism::errors::SlackClientError;
+use slack_morphism::hyper_tokio::SlackClientHyperConnector;
+use slack_morphism::prelude::*;
 
 use super::content::Kind;
+use super::error::{NotifyError, Result};
 use super::{Failure, Notification, Notifier, Personal};
 use crate::cli::NotifyArgs;
 use crate::cluster::inventory::ObjectInfo;
@@ -37,17 +55,9 @@ pub const OPEN_LINK: &str = "open_workload";
 /// removes it from the message.
 pub const DECISION_BLOCK: &str = "gpu_reaper_decision";
 
-/// Slack error codes that mean "no such recipient": retrying cannot help until the owner
-/// or the policy changes. (`user_not_found` is the older spelling of the lookup's error.)
-const UNROUTABLE: &[&str] = &[
-    "channel_not_found",
-    "users_not_found",
-    "user_not_found",
-    "user_disabled",
-];
-
-/// Largest Slack answer read, bytes.
-const MAX_ANSWER: usize = 1 << 20;
+/// How long one HTTP exchange with Slack may take, and connecting to it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a Keep / Not mine button carries: the workload and the policy that governs it.
 /// Serialized compactly as `{"w":"ns/Kind/name","v":"apps/v1","p":"policy"}` (a button
@@ -77,35 +87,35 @@ impl ButtonValue {
     }
 
     /// Parses a button's `value`; the error says what is wrong with it.
-    pub fn parse(value: &str) -> Result<Self, String> {
-        let v: Self = serde_json::from_str(value)
-            .map_err(|e| format!("button value is not {{\"w\",\"v\",\"p\"}} JSON: {e}"))?;
+    pub fn parse(value: &str) -> Result<Self> {
+        let v: Self =
+            serde_json::from_str(value).map_err(|source| NotifyError::ButtonJson { source })?;
         v.workload()?;
         if v.p.is_empty() {
-            return Err("button value names no policy".into());
+            return Err(NotifyError::ButtonPolicy);
         }
         Ok(v)
     }
 
     /// The workload as the cluster actions address it (only identity fields are set).
-    pub fn workload(&self) -> Result<ObjectInfo, String> {
+    pub fn workload(&self) -> Result<ObjectInfo> {
         let mut parts = self.w.splitn(3, '/');
         let (Some(namespace), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
         else {
-            return Err(format!(
-                "button workload {:?} is not namespace/Kind/name",
-                self.w
-            ));
+            return Err(NotifyError::ButtonWorkload {
+                workload: self.w.clone(),
+                api_version: None,
+            });
         };
         if [namespace, kind, name, &self.v]
             .iter()
             .any(|s| s.is_empty() || s.contains(char::is_whitespace))
             || name.contains('/')
         {
-            return Err(format!(
-                "button workload {:?} (apiVersion {:?}) is not namespace/Kind/name with an apiVersion",
-                self.w, self.v
-            ));
+            return Err(NotifyError::ButtonWorkload {
+                workload: self.w.clone(),
+                api_version: Some(self.v.clone()),
+            });
         }
         Ok(ObjectInfo {
             api_version: self.v.clone(),
@@ -138,22 +148,31 @@ fn cap(s: &str, max: usize) -> String {
     out
 }
 
-fn plain(text: &str, max: usize) -> Value {
-    json!({"type": "plain_text", "text": cap(text, max)})
+fn plain(text: &str, max: usize) -> SlackBlockPlainTextOnly {
+    SlackBlockPlainTextOnly::from(cap(text, max))
 }
 
-fn mrkdwn(text: &str, max: usize) -> Value {
-    json!({"type": "mrkdwn", "text": cap(text, max)})
+fn mrkdwn(text: &str, max: usize) -> SlackBlockMarkDownText {
+    SlackBlockMarkDownText::new(cap(text, max))
 }
 
-fn button(label: &str, action_id: &str, value: &str) -> Value {
-    json!({"type": "button", "text": plain(label, 75), "action_id": action_id, "value": value})
+fn button(label: &str, action_id: &str, value: &str) -> SlackActionBlockElement {
+    SlackBlockButtonElement::new(plain(label, 75))
+        .with_action_id(SlackActionId(action_id.to_string()))
+        .with_value(value.to_string())
+        .into()
+}
+
+/// A context block with one mrkdwn line (the answered-click note uses it too).
+pub fn context_line(text: &str) -> SlackBlock {
+    SlackContextBlock::new(vec![mrkdwn(text, 2000).into()]).into()
 }
 
 /// PURE: the Block Kit blocks of a personal notification — a header (the subject), the
 /// text, the key facts as fields, a context line (policy, owner), a link to the workload
-/// when `url` is set, and on warnings the Keep 4h / Keep 24h / Not mine buttons.
-pub fn message_blocks(n: &Notification, p: &Personal) -> Vec<Value> {
+/// when `url` is set (and is a URL), and on warnings the Keep 4h / Keep 24h / Not mine
+/// buttons.
+pub fn message_blocks(n: &Notification, p: &Personal) -> Vec<SlackBlock> {
     let field = |name: &str| p.fields.get(name).map_or("", |v| v.trim());
     let joined = |parts: &[&str], sep: &str| {
         parts
@@ -163,9 +182,11 @@ pub fn message_blocks(n: &Notification, p: &Personal) -> Vec<Value> {
             .collect::<Vec<_>>()
             .join(sep)
     };
-    let mut blocks = vec![
-        json!({"type": "header", "text": plain(&p.rendered.subject, 150)}),
-        json!({"type": "section", "text": plain(&p.rendered.text, 3000)}),
+    let mut blocks: Vec<SlackBlock> = vec![
+        SlackHeaderBlock::new(plain(&p.rendered.subject, 150)).into(),
+        SlackSectionBlock::new()
+            .with_text(plain(&p.rendered.text, 3000).into())
+            .into(),
     ];
 
     let idle_for = field("idle_for");
@@ -199,292 +220,411 @@ pub fn message_blocks(n: &Notification, p: &Personal) -> Vec<Value> {
             action,
         ),
     ];
-    let fields: Vec<Value> = facts
+    let fields: Vec<SlackBlockText> = facts
         .iter()
         .filter(|(_, v)| !v.is_empty())
-        .map(|(label, v)| mrkdwn(&format!("*{label}*\n{}", mrkdwn_escape(v)), 2000))
+        .map(|(label, v)| mrkdwn(&format!("*{label}*\n{}", mrkdwn_escape(v)), 2000).into())
         .collect();
     if !fields.is_empty() {
-        blocks.push(json!({"type": "section", "fields": fields}));
+        blocks.push(SlackSectionBlock::new().with_fields(fields).into());
     }
 
     let owner = match field("owner") {
         "" => p.owner.describe(),
         o => o.to_string(),
     };
-    blocks.push(json!({"type": "context", "elements": [mrkdwn(
-        &format!(
-            "Policy *{}* · for {} · {}",
-            mrkdwn_escape(&p.policy),
-            mrkdwn_escape(&owner),
-            n.reason
-        ),
-        2000,
-    )]}));
+    blocks.push(context_line(&format!(
+        "Policy *{}* · for {} · {}",
+        mrkdwn_escape(&p.policy),
+        mrkdwn_escape(&owner),
+        n.reason
+    )));
 
     let url = field("url");
-    if !url.is_empty() && url.len() <= 3000 {
-        blocks.push(json!({"type": "actions", "block_id": "gpu_reaper_link", "elements": [
-            {"type": "button", "text": plain("Open workload", 75), "action_id": OPEN_LINK, "url": url}
-        ]}));
+    if let Some(url) = (url.len() <= 3000)
+        .then(|| url::Url::parse(url).ok())
+        .flatten()
+    {
+        let link = SlackBlockButtonElement::new(plain("Open workload", 75))
+            .with_action_id(SlackActionId(OPEN_LINK.to_string()))
+            .with_url(url);
+        blocks.push(
+            SlackActionsBlock::new(vec![link.into()])
+                .with_block_id(SlackBlockId("gpu_reaper_link".to_string()))
+                .into(),
+        );
     }
     if p.kind == Kind::Warning {
         let value = ButtonValue::new(&n.workload, &p.policy).to_value();
         blocks.push(
-            json!({"type": "actions", "block_id": DECISION_BLOCK, "elements": [
+            SlackActionsBlock::new(vec![
                 button("Keep 4h", KEEP_4H, &value),
                 button("Keep 24h", KEEP_24H, &value),
                 button("Not mine", NOT_MINE, &value),
-            ]}),
+            ])
+            .with_block_id(SlackBlockId(DECISION_BLOCK.to_string()))
+            .into(),
         );
     }
     blocks
 }
 
-/// Why a Slack Web API call failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiError {
-    /// Slack answered `ok: false` with this error code.
-    Slack { method: String, error: String },
-    /// No usable answer: transport error, rate limited beyond the bound, 5xx, an
-    /// unreadable answer or token file. Retrying later may help.
-    Transient(String),
+/// How connections to Slack leave the process: straight, or through an HTTP CONNECT
+/// tunnel when the proxy settings name a proxy for the `https` destination (and
+/// `NO_PROXY` does not exempt its host) — what reqwest did with the same variables.
+#[derive(Clone, Debug)]
+pub struct Egress {
+    http: HttpConnector,
+    proxies: Arc<Matcher>,
 }
 
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ApiError::Slack { method, error } => write!(f, "Slack {method}: {error}"),
-            ApiError::Transient(s) => write!(f, "{s}"),
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<hyper::Uri> for Egress {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future =
+        Pin<Box<dyn Future<Output = std::result::Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: hyper::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let proxy = match dst.scheme_str() {
+            // Plain http (a local --slack-api-url) is never proxied.
+            Some("https") => self.proxies.intercept(&dst),
+            _ => None,
+        };
+        match proxy {
+            Some(proxy) => {
+                let mut tunnel = Tunnel::new(proxy.uri().clone(), http);
+                if let Some(auth) = proxy.basic_auth() {
+                    tunnel = tunnel.with_auth(auth.clone());
+                }
+                Box::pin(async move {
+                    std::future::poll_fn(|cx| tunnel.poll_ready(cx)).await?;
+                    Ok(tunnel.call(dst).await?)
+                })
+            }
+            None => Box::pin(async move { Ok(http.call(dst).await?) }),
         }
     }
 }
 
-impl ApiError {
-    /// "There is no such recipient" rather than "try again".
-    pub fn is_unroutable(&self) -> bool {
-        matches!(self, ApiError::Slack { error, .. } if UNROUTABLE.contains(&error.as_str()))
-    }
-
-    pub fn to_failure(&self) -> Failure {
-        if self.is_unroutable() {
-            Failure::Unrouted(self.to_string())
-        } else {
-            Failure::Retry(self.to_string())
-        }
-    }
+/// The HTTPS connector for Slack: rustls on the process' ring provider, verifying with
+/// the platform's roots (as reqwest does) plus the PEM bundle in `ca_file`; plain `http`
+/// is allowed for a local `--slack-api-url`; `HTTPS_PROXY`/`ALL_PROXY`/`NO_PROXY` are
+/// honoured. Errors name `flag`.
+pub fn https_connector(
+    ca_file: Option<&Path>,
+    flag: &'static str,
+) -> Result<HttpsConnector<Egress>> {
+    https_connector_with_proxies(ca_file, flag, Matcher::from_env())
 }
 
-/// A Slack Web API client: base URL, token file and an HTTP client trusting any extra CA.
-/// Cheap to clone (the HTTP client is shared).
-#[derive(Debug, Clone)]
+/// [`https_connector`] with the proxy settings given rather than read from the environment.
+pub fn https_connector_with_proxies(
+    ca_file: Option<&Path>,
+    flag: &'static str,
+    proxies: Matcher,
+) -> Result<HttpsConnector<Egress>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = match ca_file {
+        None => rustls_platform_verifier::Verifier::new(provider.clone()),
+        Some(path) => {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let pem = std::fs::read(path).map_err(|source| NotifyError::File {
+                flag,
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|source| NotifyError::Pem {
+                    flag,
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            if certs.is_empty() {
+                return Err(NotifyError::Invalid {
+                    flag,
+                    message: format!("{}: no CERTIFICATE block found", path.display()),
+                });
+            }
+            rustls_platform_verifier::Verifier::new_with_extra_roots(certs, provider.clone())
+        }
+    }
+    .map_err(|source| NotifyError::Tls { flag, source })?;
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|source| NotifyError::Tls { flag, source })?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(Egress {
+            http,
+            proxies: Arc::new(proxies),
+        }))
+}
+
+/// Reads a secret file (token, signing secret) as every send does: trimmed, not empty.
+/// The error names the flag and the file.
+pub fn read_secret_file(path: &Path, flag: &'static str) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|source| NotifyError::File {
+        flag,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = text.trim().to_string();
+    if text.is_empty() {
+        return Err(NotifyError::EmptyFile {
+            flag,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(text)
+}
+
+type Connector = SlackClientHyperConnector<HttpsConnector<Egress>>;
+
+/// The part of `chat.postMessage`'s answer gpu-reaper needs. slack-morphism's own
+/// response type also decodes the echoed message; a field it does not expect there must
+/// not turn a delivered warning into a failure (and so a duplicate on retry).
+#[derive(Debug, Deserialize)]
+struct Posted {
+    channel: Option<SlackChannelId>,
+}
+
+/// What is posted to an interaction's `response_url`: slack-morphism's webhook message
+/// plus `response_type`, which its request type does not carry.
+#[derive(Debug, Serialize)]
+pub struct ResponseMessage {
+    #[serde(flatten)]
+    pub message: SlackApiPostWebhookMessageRequest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_type: Option<SlackMessageResponseType>,
+}
+
+/// A Slack Web API client: slack-morphism's client on [`https_connector`], pointed at
+/// `--slack-api-url`, and the token file. Cheap to clone (the client is shared).
+#[derive(Clone)]
 pub struct SlackApi {
-    base_url: String,
+    client: Arc<SlackClient<Connector>>,
     token_file: PathBuf,
-    http: reqwest::Client,
     /// How many 429 answers are waited out per call before giving up.
-    pub rate_limit_retries: u32,
+    pub rate_limit_retries: usize,
     /// The longest `Retry-After` waited out; a longer one gives up at once.
     pub max_retry_after: Duration,
 }
 
-/// An HTTP client on the process' rustls provider, trusting the PEM bundle in `ca_file`
-/// too; errors name `flag`.
-pub fn http_client(ca_file: Option<&Path>, flag: &str) -> Result<reqwest::Client, String> {
-    let mut builder = crate::http::builder()
-        .timeout(Duration::from_secs(10))
-        .connect_timeout(Duration::from_secs(5));
-    if let Some(ca) = ca_file {
-        builder = crate::http::trust_ca(builder, ca, flag)?;
+impl std::fmt::Debug for SlackApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackApi")
+            .field("token_file", &self.token_file)
+            .field("rate_limit_retries", &self.rate_limit_retries)
+            .field("max_retry_after", &self.max_retry_after)
+            .finish()
     }
-    builder
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client for Slack: {e}"))
 }
 
-/// Reads a secret file (token, signing secret) as every send does: trimmed, not empty.
-/// The error names the file.
-pub fn read_secret_file(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let text = text.trim().to_string();
-    if text.is_empty() {
-        return Err(format!("{} is empty", path.display()));
+/// One failed attempt of `method`: rate limited (wait and try again, within bounds) or
+/// not.
+fn attempt_error(method: &str, e: SlackClientError) -> NotifyError {
+    let what = format!("Slack {method}");
+    match e {
+        SlackClientError::ApiError(api) => NotifyError::Slack {
+            method: method.to_string(),
+            code: api.code,
+        },
+        SlackClientError::RateLimitError(rate) => NotifyError::RateLimited {
+            what,
+            // No (or an unreadable) Retry-After: a second, as Slack's docs suggest.
+            retry_after_s: rate.retry_after.map_or(1, |d| d.as_secs()).max(1),
+            waited: 0,
+        },
+        SlackClientError::HttpError(http) => NotifyError::Http {
+            what,
+            status: http.status_code.to_string(),
+            excerpt: http
+                .http_response_body
+                .as_deref()
+                .map(|b| b.chars().take(200).collect::<String>().trim().to_string())
+                .unwrap_or_default(),
+        },
+        source => NotifyError::Transport { what, source },
     }
-    Ok(text)
 }
 
 impl SlackApi {
     /// `base_url` like `https://slack.com/api`; the token is read from `token_file` on
     /// every call.
-    pub fn new(base_url: &str, token_file: PathBuf, http: reqwest::Client) -> Self {
+    pub fn new(base_url: &str, token_file: PathBuf, https: HttpsConnector<Egress>) -> Self {
+        let connector = SlackClientHyperConnector::with_connector(https)
+            .with_slack_api_url(base_url.trim_end_matches('/'));
         Self {
-            base_url: base_url.trim_end_matches('/').to_string(),
+            client: Arc::new(SlackClient::new(connector)),
             token_file,
-            http,
             rate_limit_retries: 3,
             max_retry_after: Duration::from_secs(30),
         }
     }
 
-    fn token(&self) -> Result<String, ApiError> {
-        read_secret_file(&self.token_file)
-            .map_err(|e| ApiError::Transient(format!("cannot read --slack-token-file {e}")))
+    fn token(&self) -> Result<SlackApiToken> {
+        let token = read_secret_file(&self.token_file, "--slack-token-file").map_err(|e| {
+            NotifyError::Token {
+                source: Box::new(e),
+            }
+        })?;
+        Ok(SlackApiToken::new(SlackApiTokenValue(token)))
     }
 
-    /// Sends what `build` makes, waiting out rate limits (429 + `Retry-After`) up to the
-    /// bound; a 2xx answer's body, or why there is none.
-    async fn send(
-        &self,
-        what: &str,
-        build: impl Fn() -> reqwest::RequestBuilder,
-    ) -> Result<Vec<u8>, ApiError> {
-        let mut waited = 0;
-        loop {
-            let response = build()
-                .send()
-                .await
-                .map_err(|e| ApiError::Transient(format!("{what}: {e}")))?;
-            let status = response.status();
-            if status == StatusCode::TOO_MANY_REQUESTS {
-                let after = response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(1);
-                let after = Duration::from_secs(after.max(1));
-                if waited >= self.rate_limit_retries || after > self.max_retry_after {
-                    return Err(ApiError::Transient(format!(
-                        "{what}: rate limited by Slack (HTTP 429, retry after {}s; waited {waited} time(s))",
-                        after.as_secs()
-                    )));
+    /// Runs `call` (one HTTP exchange, bounded by [`CALL_TIMEOUT`]), waiting out rate
+    /// limits: each 429's `Retry-After`, at most `rate_limit_retries` times and only
+    /// when it is within `max_retry_after`. Other failures return at once: the
+    /// controller's delivery state retries them later.
+    async fn with_rate_limits<T, F, Fut>(&self, method: &str, mut call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, SlackClientError>>,
+    {
+        let waited = AtomicUsize::new(0);
+        let max_retry_after = self.max_retry_after;
+        let attempt = || {
+            let call = call();
+            async move {
+                match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(e)) => Err(attempt_error(method, e)),
+                    Err(_) => Err(NotifyError::Timeout {
+                        what: format!("Slack {method}"),
+                        seconds: CALL_TIMEOUT.as_secs(),
+                    }),
                 }
-                waited += 1;
+            }
+        };
+        let result = attempt
+            .retry(ConstantBuilder::default().with_max_times(self.rate_limit_retries))
+            .when(|e| matches!(e, NotifyError::RateLimited { .. }))
+            .adjust(|e, next| match (e, next) {
+                (NotifyError::RateLimited { retry_after_s, .. }, Some(_))
+                    if Duration::from_secs(*retry_after_s) <= max_retry_after =>
+                {
+                    Some(Duration::from_secs(*retry_after_s))
+                }
+                _ => None,
+            })
+            .notify(|_, after| {
+                waited.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
-                    what,
+                    method,
                     retry_after_s = after.as_secs(),
                     "Slack rate limit; waiting"
                 );
-                tokio::time::sleep(after).await;
-                continue;
-            }
-            let body = response
-                .bytes()
-                .await
-                .map_err(|e| ApiError::Transient(format!("{what}: reading the answer: {e}")))?;
-            if !status.is_success() {
-                let excerpt: String = String::from_utf8_lossy(&body[..body.len().min(200)])
-                    .trim()
-                    .to_string();
-                return Err(ApiError::Transient(format!(
-                    "{what}: HTTP {status}{}",
-                    if excerpt.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({excerpt})")
-                    }
-                )));
-            }
-            if body.len() > MAX_ANSWER {
-                return Err(ApiError::Transient(format!(
-                    "{what}: answer larger than {MAX_ANSWER} bytes"
-                )));
-            }
-            return Ok(body.to_vec());
-        }
+            })
+            .await;
+        result.map_err(|e| match e {
+            NotifyError::RateLimited {
+                what,
+                retry_after_s,
+                ..
+            } => NotifyError::RateLimited {
+                what,
+                retry_after_s,
+                waited: waited.load(Ordering::Relaxed),
+            },
+            e => e,
+        })
     }
 
-    /// One Web API method: `ok: true` answers, or `ApiError::Slack` with Slack's code.
-    async fn call(
+    /// `chat.postMessage` (JSON body). Returns the channel Slack posted in.
+    pub async fn post_message(
         &self,
-        method: &str,
-        build: impl Fn(&str) -> reqwest::RequestBuilder,
-    ) -> Result<Value, ApiError> {
+        channel: &str,
+        content: SlackMessageContent,
+    ) -> Result<String> {
         let token = self.token()?;
-        let body = self
-            .send(&format!("Slack {method}"), || build(&token))
-            .await?;
-        let answer: Value = serde_json::from_slice(&body).map_err(|e| {
-            ApiError::Transient(format!("Slack {method}: the answer is not JSON: {e}"))
-        })?;
-        match answer["ok"].as_bool() {
-            Some(true) => Ok(answer),
-            Some(false) => Err(ApiError::Slack {
-                method: method.to_string(),
-                error: answer["error"]
-                    .as_str()
-                    .unwrap_or("unknown_error")
-                    .to_string(),
-            }),
-            None => Err(ApiError::Transient(format!(
-                "Slack {method}: the answer has no \"ok\" field"
-            ))),
-        }
-    }
-
-    /// `chat.postMessage` with a JSON body (`channel` plus `message`'s fields, e.g. `text`
-    /// and `blocks`). Returns the channel Slack posted in.
-    pub async fn post_message(&self, channel: &str, message: &Value) -> Result<String, ApiError> {
-        let mut body = message.clone();
-        body["channel"] = channel.into();
-        let body = serde_json::to_vec(&body).unwrap_or_default();
-        let url = format!("{}/chat.postMessage", self.base_url);
-        let answer = self
-            .call("chat.postMessage", |token| {
-                self.http
-                    .post(&url)
-                    .header(AUTHORIZATION, format!("Bearer {token}"))
-                    .header(CONTENT_TYPE, "application/json; charset=utf-8")
-                    .body(body.clone())
+        let request =
+            SlackApiChatPostMessageRequest::new(SlackChannelId(channel.to_string()), content)
+                .with_unfurl_links(false)
+                .with_unfurl_media(false);
+        let posted: Posted = self
+            .with_rate_limits("chat.postMessage", || {
+                let session = self.client.open_session(&token);
+                let request = &request;
+                async move {
+                    session
+                        .http_session_api
+                        .http_post("chat.postMessage", request, None)
+                        .await
+                }
             })
             .await?;
-        Ok(answer["channel"].as_str().unwrap_or(channel).to_string())
+        Ok(posted.channel.map_or_else(|| channel.to_string(), |c| c.0))
     }
 
-    /// `users.lookupByEmail` (GET, the address as a query parameter): the member ID, or
-    /// `None` when nobody on the workspace has that address.
-    pub async fn lookup_by_email(&self, email: &str) -> Result<Option<String>, ApiError> {
-        let mut url = url::Url::parse(&format!("{}/users.lookupByEmail", self.base_url))
-            .map_err(|e| ApiError::Transient(format!("--slack-api-url: {e}")))?;
-        url.query_pairs_mut().append_pair("email", email);
+    /// `users.lookupByEmail`: the member ID, or `None` when nobody on the workspace has
+    /// that address.
+    pub async fn lookup_by_email(&self, email: &str) -> Result<Option<String>> {
+        let token = self.token()?;
+        let request = SlackApiUsersLookupByEmailRequest::new(EmailAddress(email.to_string()));
         match self
-            .call("users.lookupByEmail", |token| {
-                self.http
-                    .get(url.clone())
-                    .header(AUTHORIZATION, format!("Bearer {token}"))
+            .with_rate_limits("users.lookupByEmail", || {
+                let session = self.client.open_session(&token);
+                let request = &request;
+                async move { session.users_lookup_by_email(request).await }
             })
             .await
         {
-            Ok(answer) => match answer["user"]["id"].as_str() {
-                Some(id) if !id.is_empty() => Ok(Some(id.to_string())),
-                _ => Err(ApiError::Transient(
-                    "Slack users.lookupByEmail: ok, but no user.id in the answer".into(),
-                )),
-            },
+            Ok(answer) if !answer.user.id.0.is_empty() => Ok(Some(answer.user.id.0)),
+            Ok(_) => Err(NotifyError::Answer {
+                what: "Slack users.lookupByEmail".into(),
+                message: "ok, but no user.id in the answer",
+            }),
             Err(e) if e.is_unroutable() => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Posts `body` (JSON) to an interaction's `response_url`. No token: the URL itself
-    /// is the credential. Only `https` URLs are used.
-    pub async fn respond(&self, response_url: &str, body: &Value) -> Result<(), ApiError> {
-        let url = url::Url::parse(response_url)
-            .map_err(|e| ApiError::Transient(format!("response_url {response_url:?}: {e}")))?;
+    /// Posts `answer` to an interaction's `response_url`. No token: the URL itself is
+    /// the credential. Only `https` URLs are used.
+    pub async fn respond(&self, response_url: &str, answer: &ResponseMessage) -> Result<()> {
+        let url = url::Url::parse(response_url).map_err(|e| NotifyError::ResponseUrl {
+            url: response_url.to_string(),
+            message: e.to_string(),
+        })?;
         if url.scheme() != "https" {
-            return Err(ApiError::Transient(format!(
-                "response_url {response_url:?} is not https"
-            )));
+            return Err(NotifyError::ResponseUrl {
+                url: response_url.to_string(),
+                message: "is not https".into(),
+            });
         }
-        let body = serde_json::to_vec(body).unwrap_or_default();
-        self.send("Slack response_url", || {
-            self.http
-                .post(url.clone())
-                .header(CONTENT_TYPE, "application/json; charset=utf-8")
-                .body(body.clone())
-        })
-        .await
-        .map(|_| ())
+        let span = tracing::Span::current();
+        let _: serde_json::Value = self
+            .with_rate_limits("response_url", || {
+                let context = SlackClientApiCallContext {
+                    rate_control_params: None,
+                    token: None,
+                    tracing_span: &span,
+                    // The URL is a credential: slack-morphism logs it redacted.
+                    is_sensitive_url: true,
+                };
+                self.client
+                    .http_api
+                    .connector
+                    .http_post_uri(url.clone(), answer, context)
+            })
+            .await?;
+        Ok(())
     }
 }
 
@@ -497,24 +637,26 @@ pub struct SlackNotifier {
 impl SlackNotifier {
     /// `None` without `--slack-token-file`; an error naming the flag when the token or
     /// CA file cannot be read or the API URL is unusable.
-    pub fn from_args(args: &NotifyArgs) -> Result<Option<SlackNotifier>, String> {
+    pub fn from_args(args: &NotifyArgs) -> Result<Option<SlackNotifier>> {
         let Some(token_file) = &args.slack_token_file else {
             return Ok(None);
         };
-        read_secret_file(token_file).map_err(|e| format!("--slack-token-file {e}"))?;
-        let base = url::Url::parse(&args.slack_api_url)
-            .map_err(|e| format!("--slack-api-url {:?}: {e}", args.slack_api_url))?;
+        read_secret_file(token_file, "--slack-token-file")?;
+        let base = url::Url::parse(&args.slack_api_url).map_err(|e| NotifyError::Invalid {
+            flag: "--slack-api-url",
+            message: format!("{:?}: {e}", args.slack_api_url),
+        })?;
         if !matches!(base.scheme(), "https" | "http") {
-            return Err(format!(
-                "--slack-api-url {:?}: must be an http(s) URL",
-                args.slack_api_url
-            ));
+            return Err(NotifyError::Invalid {
+                flag: "--slack-api-url",
+                message: format!("{:?}: must be an http(s) URL", args.slack_api_url),
+            });
         }
-        let http = http_client(args.slack_ca_file.as_deref(), "--slack-ca-file")?;
+        let https = https_connector(args.slack_ca_file.as_deref(), "--slack-ca-file")?;
         Ok(Some(Self::new(SlackApi::new(
             &args.slack_api_url,
             token_file.clone(),
-            http,
+            https,
         ))))
     }
 
@@ -527,13 +669,10 @@ impl SlackNotifier {
         &self.api
     }
 
-    async fn send(&self, n: &Notification, p: &Personal) -> Result<String, Failure> {
-        let message = json!({
-            "text": cap(&p.rendered.subject, 3000),
-            "blocks": message_blocks(n, p),
-            "unfurl_links": false,
-            "unfurl_media": false,
-        });
+    async fn send(&self, n: &Notification, p: &Personal) -> std::result::Result<String, Failure> {
+        let content = SlackMessageContent::new()
+            .with_text(cap(&p.rendered.subject, 3000))
+            .with_blocks(message_blocks(n, p));
         // Who gets a DM: the owner's member IDs, else the members of their addresses.
         let mut recipients: Vec<String> = Vec::new();
         let mut notes: Vec<String> = Vec::new();
@@ -557,7 +696,7 @@ impl SlackNotifier {
         let mut delivered = Vec::new();
         let mut transient: Option<String> = None;
         for id in &recipients {
-            match self.api.post_message(id, &message).await {
+            match self.api.post_message(id, content.clone()).await {
                 Ok(_) => delivered.push(id.as_str()),
                 Err(e) if e.is_unroutable() => notes.push(format!("cannot DM {id}: {e}")),
                 Err(e) => {
@@ -588,7 +727,7 @@ impl SlackNotifier {
         match p.slack_channel.as_deref().map(str::trim) {
             Some(channel) if !channel.is_empty() => self
                 .api
-                .post_message(channel, &message)
+                .post_message(channel, content)
                 .await
                 .map(|posted| format!("Slack channel {channel} ({posted}): {why}"))
                 .map_err(|e| e.to_failure()),
@@ -605,7 +744,10 @@ impl Notifier for SlackNotifier {
         "slack"
     }
 
-    fn notify<'a>(&'a self, n: &'a Notification) -> BoxFuture<'a, Result<String, Failure>> {
+    fn notify<'a>(
+        &'a self,
+        n: &'a Notification,
+    ) -> BoxFuture<'a, std::result::Result<String, Failure>> {
         async move {
             match &n.personal {
                 Some(p) => self.send(n, p).await,
@@ -617,227 +759,5 @@ impl Notifier for SlackNotifier {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::notify::Severity;
-    use crate::notify::content::{Fields, Templates};
-    use crate::notify::owner::{self, OwnerSource};
-
-    fn workload() -> ObjectInfo {
-        ObjectInfo {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "ml".into(),
-            name: "chat".into(),
-            owner: None,
-            labels: Default::default(),
-            annotations: Default::default(),
-            created_at: jiff::Timestamp::UNIX_EPOCH,
-            deleting: false,
-        }
-    }
-
-    fn notification(kind: Kind, url: &str) -> Notification {
-        let fields = Fields::from([
-            ("workload", "ml/Deployment/chat".to_string()),
-            ("gpus", "2".to_string()),
-            ("model", "NVIDIA H100 80GB HBM3".to_string()),
-            ("idle_since", "2026-11-29T10:00:00Z".to_string()),
-            ("idle_for", "2h".to_string()),
-            ("shape", "MemoryHeld".to_string()),
-            ("wasted_usd", "16.00".to_string()),
-            ("hourly_usd", "8.00".to_string()),
-            ("action", "ScaleToZero".to_string()),
-            ("action_at", "2026-11-29T13:00:00Z".to_string()),
-            ("owner", "ana@example.com (from the workload)".to_string()),
-            ("url", url.to_string()),
-        ]);
-        let rendered = Templates::default().render(kind, &fields);
-        Notification {
-            workload: workload(),
-            reason: "IdleGpus",
-            severity: Severity::Warning,
-            message: rendered.text.clone(),
-            personal: Some(Personal {
-                kind,
-                fields,
-                rendered,
-                owner: owner::parse("ana@example.com", OwnerSource::Workload),
-                policy: "research".into(),
-                slack_channel: Some("C0GPUS".into()),
-            }),
-        }
-    }
-
-    fn blocks_of(n: &Notification) -> Vec<Value> {
-        message_blocks(n, n.personal.as_ref().unwrap())
-    }
-
-    #[test]
-    fn a_warning_has_header_text_facts_context_link_and_three_buttons() {
-        let n = notification(Kind::Warning, "https://grafana.example.com/d/ml/chat");
-        let blocks = blocks_of(&n);
-        let types: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
-        assert_eq!(
-            types,
-            [
-                "header", "section", "section", "context", "actions", "actions"
-            ]
-        );
-        assert_eq!(
-            blocks[0]["text"]["text"],
-            "Idle GPUs: ml/Deployment/chat will be reclaimed at 2026-11-29T13:00:00Z"
-        );
-        let facts: Vec<&str> = blocks[2]["fields"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["text"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            facts,
-            [
-                "*GPUs*\n2 × NVIDIA H100 80GB HBM3",
-                "*Idle since*\n2026-11-29T10:00:00Z (2h)",
-                "*Shape*\nMemoryHeld",
-                "*Wasted*\n16.00 USD (8.00 USD/h)",
-                "*Action*\nScaleToZero at 2026-11-29T13:00:00Z",
-            ]
-        );
-        let context = blocks[3]["elements"][0]["text"].as_str().unwrap();
-        assert!(context.contains("Policy *research*"), "{context}");
-        assert!(
-            context.contains("ana@example.com (from the workload)"),
-            "{context}"
-        );
-        assert_eq!(
-            blocks[4]["elements"][0]["url"],
-            "https://grafana.example.com/d/ml/chat"
-        );
-        let decision = &blocks[5];
-        assert_eq!(decision["block_id"], DECISION_BLOCK);
-        let ids: Vec<&str> = decision["elements"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b["action_id"].as_str().unwrap())
-            .collect();
-        assert_eq!(ids, [KEEP_4H, KEEP_24H, NOT_MINE]);
-        let value = decision["elements"][0]["value"].as_str().unwrap();
-        assert_eq!(
-            value,
-            r#"{"w":"ml/Deployment/chat","v":"apps/v1","p":"research"}"#
-        );
-        assert_eq!(
-            ButtonValue::parse(value).unwrap().workload().unwrap().kind,
-            "Deployment"
-        );
-    }
-
-    #[test]
-    fn a_reclaim_notice_has_no_buttons_and_no_link_without_url() {
-        let n = notification(Kind::Reclaimed, "");
-        let blocks = blocks_of(&n);
-        assert!(blocks.iter().all(|b| b["type"] != "actions"), "{blocks:?}");
-        let facts = blocks[2]["fields"].to_string();
-        assert!(facts.contains("*Done*\\nScaleToZero"), "{facts}");
-        assert!(!facts.contains(" at 2026"), "{facts}");
-    }
-
-    #[test]
-    fn text_is_escaped_and_capped_to_block_kit_limits() {
-        let mut n = notification(Kind::Warning, "");
-        let p = n.personal.as_mut().unwrap();
-        p.rendered.subject = "x".repeat(400);
-        p.rendered.text = "y".repeat(5000);
-        p.fields.insert("model", "A<B>&C".into());
-        p.fields.insert("shape", String::new());
-        let blocks = blocks_of(&n);
-        assert_eq!(
-            blocks[0]["text"]["text"].as_str().unwrap().chars().count(),
-            150
-        );
-        assert_eq!(
-            blocks[1]["text"]["text"].as_str().unwrap().chars().count(),
-            3000
-        );
-        let facts = blocks[2]["fields"].to_string();
-        assert!(facts.contains("A&lt;B&gt;&amp;C"), "{facts}");
-        assert!(
-            !facts.contains("Shape"),
-            "empty facts are left out: {facts}"
-        );
-    }
-
-    #[test]
-    fn malformed_button_values_are_refused_with_a_reason() {
-        for (value, why) in [
-            ("nope", "not {"),
-            (
-                r#"{"w":"ml/chat","v":"apps/v1","p":"x"}"#,
-                "namespace/Kind/name",
-            ),
-            (
-                r#"{"w":"ml/Deployment/a/b","v":"apps/v1","p":"x"}"#,
-                "namespace/Kind/name",
-            ),
-            (r#"{"w":"ml/Deployment/chat","v":"","p":"x"}"#, "apiVersion"),
-            (
-                r#"{"w":"ml/Deployment/chat","v":"apps/v1","p":""}"#,
-                "no policy",
-            ),
-        ] {
-            let err = ButtonValue::parse(value).unwrap_err();
-            assert!(err.contains(why), "{value}: {err}");
-        }
-    }
-
-    #[test]
-    fn only_missing_recipients_are_unrouted() {
-        let e = |error: &str| ApiError::Slack {
-            method: "chat.postMessage".into(),
-            error: error.into(),
-        };
-        assert!(matches!(
-            e("channel_not_found").to_failure(),
-            Failure::Unrouted(_)
-        ));
-        assert_eq!(
-            e("invalid_auth").to_failure(),
-            Failure::Retry("Slack chat.postMessage: invalid_auth".into())
-        );
-    }
-
-    #[test]
-    fn from_args_is_off_without_a_token_and_names_the_flag_on_errors() {
-        let args = NotifyArgs {
-            slack_api_url: "https://slack.com/api".into(),
-            ..NotifyArgs::default()
-        };
-        assert!(SlackNotifier::from_args(&args).unwrap().is_none());
-        let dir = tempfile::tempdir().unwrap();
-        let missing = NotifyArgs {
-            slack_token_file: Some(dir.path().join("absent")),
-            ..args.clone()
-        };
-        let err = SlackNotifier::from_args(&missing).unwrap_err();
-        assert!(err.starts_with("--slack-token-file "), "{err}");
-        let token = dir.path().join("token");
-        std::fs::write(&token, "xoxb-1\n").unwrap();
-        let ca = dir.path().join("ca.pem");
-        std::fs::write(&ca, "not a certificate").unwrap();
-        let bad_ca = NotifyArgs {
-            slack_token_file: Some(token.clone()),
-            slack_ca_file: Some(ca),
-            ..args.clone()
-        };
-        let err = SlackNotifier::from_args(&bad_ca).unwrap_err();
-        assert!(err.starts_with("--slack-ca-file "), "{err}");
-        let ok = NotifyArgs {
-            slack_token_file: Some(token),
-            ..args
-        };
-        let notifier = SlackNotifier::from_args(&ok).unwrap().unwrap();
-        assert_eq!(notifier.name(), "slack");
-    }
-}
+#[path = "slack_tests.rs"]
+mod tests;
