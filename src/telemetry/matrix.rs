@@ -28,24 +28,25 @@ pub struct Series {
 /// The series of a successful matrix answer for `family`, or `None`.
 pub fn parse(body: &[u8], family: &str) -> Option<Vec<Series>> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let series = de.deserialize_map(Envelope { family }).ok()??;
+    let series = de.deserialize_map(Envelope(Data { family })).ok()??;
     de.end().ok()?;
     Some(series)
 }
 
-/// `{"status": "success", "data": …}`, other fields (warnings, infos) skipped.
-struct Envelope<'f> {
-    family: &'f str,
-}
+/// `{"status": "success", "data": …}`, other fields (warnings, infos) skipped; `data` is
+/// read by the seed `S` (this module's matrix, or the instant-vector reader's). The value
+/// is `None` for an answer that is not a success.
+pub(crate) struct Envelope<S>(pub(crate) S);
 
-impl<'de> Visitor<'de> for Envelope<'_> {
-    type Value = Option<Vec<Series>>;
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Envelope<S> {
+    type Value = Option<S::Value>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a Prometheus API answer")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut seed = Some(self.0);
         let mut success = None;
         let mut data = None;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
@@ -53,10 +54,11 @@ impl<'de> Visitor<'de> for Envelope<'_> {
                 "status" if success.is_none() => {
                     success = Some(map.next_value::<Cow<'de, str>>()? == "success");
                 }
+                // Prometheus writes the status first: an error answer is left to the
+                // generic reader.
                 "data" if success == Some(true) && data.is_none() => {
-                    data = Some(map.next_value_seed(Data {
-                        family: self.family,
-                    })?);
+                    let seed = seed.take().ok_or_else(|| de::Error::custom("unexpected"))?;
+                    data = Some(map.next_value_seed(seed)?);
                 }
                 "status" | "data" => return Err(de::Error::custom("unexpected")),
                 _ => {

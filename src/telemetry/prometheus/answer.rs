@@ -109,48 +109,14 @@ mod stream {
     use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
     use super::GpuVector;
-    use crate::telemetry::matrix::{Labels, Str};
+    use crate::telemetry::matrix::{Envelope, Labels, Str};
     use crate::telemetry::trace::{WorkloadLabels, gpu_identity};
 
     pub(super) fn vector(body: &[u8], names: &WorkloadLabels) -> Option<GpuVector> {
         let mut de = serde_json::Deserializer::from_slice(body);
-        let vector = de.deserialize_map(Envelope { names }).ok()??;
+        let vector = de.deserialize_map(Envelope(Data { names })).ok()??;
         de.end().ok()?;
         Some(vector)
-    }
-
-    /// `{"status": "success", "data": …}`, other fields (warnings, infos) skipped.
-    struct Envelope<'n> {
-        names: &'n WorkloadLabels,
-    }
-
-    impl<'de> Visitor<'de> for Envelope<'_> {
-        type Value = Option<GpuVector>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a Prometheus API answer")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let (mut success, mut data) = (None, None);
-            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                match key.as_ref() {
-                    "status" if success.is_none() => {
-                        success = Some(map.next_value::<Cow<'de, str>>()? == "success");
-                    }
-                    // Prometheus writes the status first: an error answer is left to
-                    // `parse_answer`.
-                    "data" if success == Some(true) && data.is_none() => {
-                        data = Some(map.next_value_seed(Data { names: self.names })?);
-                    }
-                    "status" | "data" => return Err(de::Error::custom("unexpected")),
-                    _ => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok(data.filter(|_| success == Some(true)))
-        }
     }
 
     /// `{"resultType": "vector", "result": [...]}`, in this order.
