@@ -426,6 +426,73 @@ fn one_cycle_of_batched_queries_sees_exactly_what_the_replay_sees() {
     }
 }
 
+/// Transient failures are retried `--prometheus-retries` times, with backoff; an answer
+/// that retrying cannot mend (a 400) is not retried at all.
+#[test]
+fn transient_failures_are_retried_as_often_as_asked_and_a_bad_request_never() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Answers `status` to the first `failures` requests, an empty success after.
+    let flaky = |status: &'static str, failures: usize| {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let url = fake_answering(
+            move |_| {
+                if counter.fetch_add(1, Ordering::SeqCst) < failures {
+                    http(
+                        status,
+                        br#"{"status":"error","errorType":"x","error":"not now"}"#,
+                    )
+                } else {
+                    http(
+                        "200 OK",
+                        br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+                    )
+                }
+            },
+            Duration::ZERO,
+        );
+        (url, seen)
+    };
+    let backtest = |url: &str, retries: &str| {
+        let o = run(&[
+            "backtest",
+            "--prometheus-url",
+            url,
+            "--from",
+            "1h",
+            "--prometheus-retries",
+            retries,
+        ]);
+        assert_eq!(o.status.code(), Some(1), "no samples either way");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    // Two 503s, two retries: every query is answered in the end.
+    let (url, seen) = flaky("503 Service Unavailable", 2);
+    let e = backtest(&url, "2");
+    assert!(e.contains("no samples between"), "{e}");
+    assert!(
+        seen.load(Ordering::SeqCst) > 2,
+        "the first query was sent 3 times"
+    );
+    // One retry is not enough for two failures.
+    let (url, _) = flaky("503 Service Unavailable", 2);
+    let e = backtest(&url, "1");
+    assert!(
+        e.contains("not now") && !e.contains("no samples between"),
+        "{e}"
+    );
+    // A 400 is the query's fault: one request, no retry.
+    let (url, seen) = flaky("400 Bad Request", 1);
+    let e = backtest(&url, "2");
+    assert!(e.contains("not now"), "{e}");
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "a bad request is not retried"
+    );
+}
+
 #[test]
 fn the_bearer_token_file_is_sent_with_every_query() {
     // Only the current token is accepted.

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use prometheus_http_query::response::Data;
 use serde::Deserialize;
 
@@ -134,23 +135,27 @@ impl PrometheusSource {
             query: query.to_string(),
             message,
         };
-        let mut attempt = 0;
-        loop {
-            match self
-                .instant_once(query, time)
+        // Transient failures (connection errors, 429, 5xx) are retried up to
+        // `--prometheus-retries` times, 400 ms, 800 ms, … apart with jitter.
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(400))
+            .with_factor(2.0)
+            .with_max_delay(Duration::from_secs(30))
+            .with_max_times(self.config.retries as usize)
+            .with_jitter();
+        (|| async {
+            self.instant_once(query, time)
                 .await
                 .and_then(|(status, body)| parse(status, &body))
-            {
-                Ok(data) => return Ok(data),
-                Err((message, transient)) if transient && attempt < self.config.retries => {
-                    attempt += 1;
-                    let backoff = Duration::from_millis(200 * 2u64.pow(attempt)) + jitter();
-                    tracing::warn!(query, attempt, error = %message, "Prometheus query failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                }
-                Err((message, _)) => return Err(fail(message)),
-            }
-        }
+        })
+        .retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|(_, transient)| *transient)
+        .notify(|(message, _), wait| {
+            tracing::warn!(query, error = %message, ?wait, "Prometheus query failed; retrying");
+        })
+        .await
+        .map_err(|(message, _)| fail(message))
     }
 
     /// One attempt: the answer's HTTP status and body. The flag says whether retrying
@@ -297,14 +302,6 @@ fn describe(e: &prometheus_http_query::Error) -> String {
         prometheus_http_query::Error::Client(c) => crate::error::chain(c),
         other => other.to_string(),
     }
-}
-
-fn jitter() -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    Duration::from_millis(u64::from(nanos % 200))
 }
 
 #[cfg(test)]
