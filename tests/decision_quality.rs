@@ -16,11 +16,9 @@ use gpu_reaper::telemetry::trace::{ReadOptions, Trace, read_trace};
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 
-const T0: i64 = 1_800_000_000;
-
-fn at(min: i64) -> Timestamp {
-    Timestamp::from_second(T0 + min * 60).unwrap()
-}
+#[path = "common/time.rs"]
+mod time;
+use time::at;
 
 fn dur(text: &str) -> kube::core::Duration {
     text.parse().unwrap()

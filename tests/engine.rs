@@ -9,14 +9,12 @@ use gpu_reaper::engine::model::{
     WorkloadMeta,
 };
 use gpu_reaper::engine::{ActivityTracker, Rules, Sample, evaluate, limit_actions};
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use proptest::prelude::*;
 
-const T0: i64 = 1_800_000_000;
-
-fn at(min: i64) -> Timestamp {
-    Timestamp::from_second(T0 + min * 60).unwrap()
-}
+#[path = "common/time.rs"]
+mod time;
+use time::at;
 
 fn rules(mode: PolicyMode) -> Rules {
     Rules::from_spec(&GpuPolicySpec {

@@ -29,9 +29,7 @@ fn t0() -> i64 {
 }
 
 fn at(minutes: i64) -> String {
-    jiff::Timestamp::from_second(t0() + minutes * 60)
-        .unwrap()
-        .to_string()
+    common::at(t0(), minutes)
 }
 
 /// What a GPU reports over the history: busy (0.8) for the first hour, then `after`.

@@ -57,7 +57,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
             flag: "warmup",
             message: format!(
                 "{} leaves nothing of the {} trace to evaluate: use a shorter warm-up, e.g. --warmup {}",
-                args.warmup,
+                crate::engine::classify::human(warmup),
                 crate::engine::classify::human(SignedDuration::from_secs(length)),
                 crate::engine::classify::human(SignedDuration::from_secs(length / 4)),
             ),
