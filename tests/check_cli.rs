@@ -155,7 +155,7 @@ fn bad_input_exits_2_naming_the_file_and_field() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(
-        stderr.contains("--now: \"yesterday\" is not an RFC 3339 time"),
+        stderr.contains("--now") && stderr.contains("\"yesterday\" is not an RFC 3339 time"),
         "{stderr}"
     );
 }
