@@ -184,11 +184,11 @@ impl Settings {
 
 impl Clock {
     /// `--now`, or the wall clock.
-    pub fn from_args(args: &ControllerArgs) -> Result<Self> {
-        Ok(match args.now {
+    pub fn from_args(args: &ControllerArgs) -> Self {
+        match args.now {
             Some(t) => Clock::Fixed(t),
             None => Clock::Wall,
-        })
+        }
     }
 }
 
@@ -253,7 +253,7 @@ impl Context {
         })?;
         let args = flags.args;
         let settings = Settings::from_args(&args)?;
-        let clock = Clock::from_args(&args)?;
+        let clock = Clock::from_args(&args);
         let telemetry = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
         let notifiers = Notifiers::new(
             &client,

@@ -73,7 +73,7 @@ async fn keep_leading(elector: Arc<Elector>, ctx: Arc<Context>) {
 /// Runs the controller until SIGTERM (or one cycle with `--once`).
 pub fn run(args: &ControllerArgs) -> Result<()> {
     let settings = Settings::from_args(args)?;
-    let clock = context::Clock::from_args(args)?;
+    let clock = context::Clock::from_args(args);
     let slack = context::slack_from_args(&args.notify)?;
     let telemetry = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
     let runtime = crate::commands::multi_thread_runtime()?;
