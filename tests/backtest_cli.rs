@@ -177,6 +177,53 @@ fn an_idle_workload_that_comes_back_soon_after_the_action_is_a_regret() {
     assert_eq!(v["summary"]["regret_rate"], 0.5);
 }
 
+/// The sweep's oracle row on spans worked out by hand: it acts `idle.window` (30m) into
+/// exactly the idle spans that do not resume within the regret horizon (2h), reclaims
+/// until activity resumes, and stops counting where telemetry stops for longer than the
+/// window.
+#[test]
+fn the_sweeps_oracle_acts_a_window_into_the_spans_that_do_not_resume_within_the_horizon() {
+    // Busy before 10; idle 10..310 (acted at 40, resumes 270m later: 270m); busy; idle
+    // 320..380 (at 350 it resumes 30m later: not acted on); busy; idle 390..550 (acted at
+    // 420, 130m later: 130m); busy; idle 560..600 (acted at 590), then no telemetry to the
+    // end (660): counted to 600 only (10m). 410 minutes on 2 GPUs, 3 actions.
+    let busy = |m: i64| {
+        m < 10 || (310..320).contains(&m) || (380..390).contains(&m) || (550..560).contains(&m)
+    };
+    let t = tmp(
+        "oracle.om",
+        &trace("oracle", 2, 660, |m, _| {
+            (m < 600).then_some(if busy(m) { 0.8 } else { 0.0 })
+        }),
+    );
+    let p = tmp(
+        "oracle.yaml",
+        "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {name: t}\nspec:\n  idle: {window: 30m}\n  warn: {after: 30m}\n  action: {type: ScaleToZero, after: 1h}\n",
+    );
+    let o = run(&[
+        "backtest",
+        "--sweep",
+        "--policy",
+        p.to_str().unwrap(),
+        "--trace",
+        t.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let oracle: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("Oracle,"))
+        .unwrap_or_else(|| panic!("no oracle row:\n{out}"))
+        .split(',')
+        .collect();
+    assert_eq!(oracle[1], "oracle: 30m in (hindsight)");
+    assert_eq!((oracle[2], oracle[3]), ("3", "0"), "{out}");
+    let gpu_hours: f64 = oracle[5].parse().unwrap();
+    assert!((gpu_hours - 2.0 * 410.0 / 60.0).abs() < 1e-3, "{gpu_hours}");
+}
+
 #[test]
 fn an_idle_workload_that_never_comes_back_is_reclaimed_without_regret() {
     let t = tmp(

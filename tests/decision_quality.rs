@@ -547,12 +547,13 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
         "maxResumeRisk 5 %",
         "other tools: max over 30m == 0",
         "other tools: avg over 1h <= 1 %",
+        "oracle: 30m in (hindsight)",
     ] {
         assert!(out.contains(needle), "{needle} missing:\n{out}");
     }
     let drawing = std::fs::read_to_string(&svg).unwrap();
     assert!(drawing.starts_with("<svg") && drawing.contains("<polyline"));
-    assert_eq!(drawing.matches("<circle").count(), 7 + 7 + 2);
+    assert_eq!(drawing.matches("<circle").count(), 7 + 7 + 2 + 1);
 
     let (ok, out, err) = cli(&[
         "backtest",
@@ -571,7 +572,16 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
         .skip(1)
         .map(|l| l.split(',').collect())
         .collect();
-    assert_eq!(rows.len(), 16);
+    assert_eq!(rows.len(), 17);
+    let oracle = rows
+        .iter()
+        .find(|r| r[0] == "Oracle")
+        .expect("an oracle row");
+    assert_eq!(
+        (oracle[3], oracle[4]),
+        ("0", "0.0000"),
+        "the oracle never regrets"
+    );
     // The hung jobs never come back: every variant reclaims something, and a longer fixed
     // duration never acts more often than a shorter one.
     let fixed: Vec<usize> = rows

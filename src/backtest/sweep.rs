@@ -22,6 +22,10 @@ pub enum Family {
     Risk,
     /// Another tool's fixed rule, acting at once when it fires (no warning).
     Baseline,
+    /// Hindsight: acts `idle.window` into exactly the idle spans that do not resume
+    /// within the regret horizon. Not a rule anything can follow (it knows when each span
+    /// ends): what there is to reclaim without a regret, to measure the others against.
+    Oracle,
 }
 
 /// One variant's outcome.
@@ -262,6 +266,13 @@ pub fn sweep(
             }
         },
     ));
+    points.push(oracle(
+        &timelines,
+        step,
+        threshold,
+        regret_horizon,
+        std_dur(&base.idle.window),
+    ));
     let curve = fixed_curve(&points);
     let versus: Vec<Option<VsFixed>> = points
         .iter()
@@ -368,12 +379,79 @@ fn baseline(
     }
 }
 
+/// The hindsight bound ([`Family::Oracle`]) over the base run's timelines: an idle span
+/// begins at the first step below `threshold` after activity (or after the workload
+/// appeared, or was given back); `after` into it the oracle looks ahead, and acts only if
+/// activity does not resume within `horizon` of that instant. The action reclaims the GPUs
+/// until activity resumes, the pods go away or the trace ends — as the other rules'.
+/// A few steps without samples neither begin nor end a span; more than `after` of them
+/// end it where they began (as a policy cannot judge what it cannot see).
+fn oracle(
+    timelines: &Backtest,
+    step_seconds: i64,
+    threshold: f32,
+    horizon: SignedDuration,
+    after: SignedDuration,
+) -> Point {
+    let hours_per_step = step_seconds as f64 / 3600.0;
+    let horizon_steps = (horizon.as_secs() / step_seconds.max(1)) as usize;
+    let after_steps = (after.as_secs().max(0) / step_seconds.max(1)) as usize;
+    let (mut actions, mut reclaimed) = (0usize, 0.0f64);
+    for w in &timelines.workloads {
+        let Some(t) = &w.timeline else { continue };
+        let gpus = f64::from(w.gpus.max(1));
+        let present = |k: usize| !matches!(t.state[k], TimelineState::Absent);
+        let mut k = 0usize;
+        while k < t.activity.len() {
+            // The next span: the first present step with a sample below the threshold.
+            let begins = (k..t.activity.len()).find(|&i| present(i) && t.activity[i] < threshold);
+            let Some(begin) = begins else { break };
+            // Where it ends: activity again, the pods gone, telemetry gone for longer than
+            // `after` (what cannot be seen is not reclaimed), or the trace's end.
+            let mut end = t.activity.len();
+            let mut resumed = false;
+            let mut unseen = 0usize;
+            for i in begin + 1..t.activity.len() {
+                let a = t.activity[i];
+                if !present(i) || a >= threshold {
+                    end = i;
+                    resumed = present(i);
+                    break;
+                }
+                unseen = if a.is_nan() { unseen + 1 } else { 0 };
+                if unseen > after_steps.max(1) {
+                    end = i + 1 - unseen;
+                    break;
+                }
+            }
+            let at = begin + after_steps;
+            if at < end && !(resumed && end - at <= horizon_steps) {
+                actions += 1;
+                reclaimed += (end - at) as f64 * hours_per_step * gpus;
+            }
+            k = end + 1;
+        }
+    }
+    Point {
+        family: Family::Oracle,
+        label: format!(
+            "oracle: {} in (hindsight)",
+            crate::engine::classify::human(after)
+        ),
+        actions,
+        regrets: 0,
+        regret_rate: 0.0,
+        reclaimed_gpu_hours: reclaimed,
+        vs_fixed: None,
+    }
+}
+
 /// Whether every fixed point is dominated: some risk point reclaims at least as much with
 /// a regret rate no higher, or regrets less while reclaiming at least as much.
 pub fn risk_dominates_fixed(points: &[Point]) -> Vec<(String, Option<String>)> {
     points
         .iter()
-        .filter(|p| p.family != Family::Risk)
+        .filter(|p| !matches!(p.family, Family::Risk | Family::Oracle))
         .map(|f| {
             let better = points
                 .iter()

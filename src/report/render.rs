@@ -161,7 +161,7 @@ pub fn table(b: &Backtest) -> String {
 /// fixed curve at its regret rate), then which variant beats each fixed rule. `cold`: the
 /// policy learns from the idle history and the replay started with none.
 pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold: bool) -> String {
-    use crate::backtest::sweep::CurvePosition;
+    use crate::backtest::sweep::{CurvePosition, Family};
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -224,6 +224,13 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
             None => writeln!(out, "{fixed}: not beaten by any risk level"),
         };
     }
+    if let Some(o) = points.iter().find(|p| p.family == Family::Oracle) {
+        let _ = writeln!(
+            out,
+            "\n{}: acts that long into exactly the idle spans that do not resume within the regret horizon. It knows when each span ends, so nothing can follow it: it is what there is to reclaim without a regret ({:.1} GPU-hours).",
+            o.label, o.reclaimed_gpu_hours
+        );
+    }
     if cold {
         let _ = writeln!(
             out,
@@ -251,7 +258,12 @@ pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
         let _ = writeln!(
             out,
             "{:?},{},{},{},{:.4},{:.3},{curve},{margin}",
-            p.family, p.label, p.actions, p.regrets, p.regret_rate, p.reclaimed_gpu_hours
+            p.family,
+            csv_field(&p.label),
+            p.actions,
+            p.regrets,
+            p.regret_rate,
+            p.reclaimed_gpu_hours
         );
     }
     out

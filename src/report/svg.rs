@@ -198,11 +198,16 @@ pub fn frontier(title: &str, points: &[crate::backtest::sweep::Point]) -> String
             "fixed idle duration (action.after)",
         ),
         (Family::Baseline, "#555555", "other tools' fixed rules"),
+        (
+            Family::Oracle,
+            "#1f5fa8",
+            "oracle (hindsight: never a regret)",
+        ),
     ];
     for (k, (family, colour, name)) in families.iter().enumerate() {
         let mut mine: Vec<_> = points.iter().filter(|p| p.family == *family).collect();
         mine.sort_by(|a, b| a.regret_rate.total_cmp(&b.regret_rate));
-        if *family != Family::Baseline && mine.len() > 1 {
+        if matches!(family, Family::Risk | Family::Fixed) && mine.len() > 1 {
             let path: Vec<String> = mine
                 .iter()
                 .map(|p| format!("{:.1},{:.1}", x(p.regret_rate), y(p.reclaimed_gpu_hours)))
