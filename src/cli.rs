@@ -556,6 +556,12 @@ pub struct BacktestArgs {
     /// for each (with --svg: the frontier chart).
     #[arg(long, env = "GPU_REAPER_SWEEP")]
     pub sweep: bool,
+    /// With --sweep: run every risk level at each of these `idle.maxIdle` ceilings instead
+    /// of the policy's own, e.g. `4h,5h,6h,8h` (each at least the policy's action.after).
+    /// Where the gate knows nothing it waits until maxIdle: on a cold start the ceiling is
+    /// the policy's real fixed rule.
+    #[arg(long, env = "GPU_REAPER_MAX_IDLE", value_delimiter = ',', value_parser = duration, requires = "sweep")]
+    pub max_idle: Vec<SignedDuration>,
     /// Generate a synthetic trace instead of reading one, e.g.
     /// `inference=143,hours=24,seed=1` (keys: inference, replicas, notebooks, hungJobs,
     /// crashLoops, hours, seed). See docs/decision-quality.md.

@@ -596,6 +596,68 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
     );
 }
 
+/// `--max-idle` runs every risk level at each ceiling, and a ceiling's rows are exactly
+/// what the sweep gives for the policy edited to that `maxIdle`; a ceiling shorter than
+/// `action.after` is refused naming the flag.
+#[test]
+fn the_sweep_runs_every_risk_level_at_each_max_idle_as_if_the_policy_said_so() {
+    let trace = ["--synthetic", "inference=10,hungJobs=3,hours=20,seed=2"];
+    let csv = |policy: &str, extra: &[&str]| {
+        let mut args = vec!["backtest", "--sweep", "--policy", policy, "--format", "csv"];
+        args.extend_from_slice(&trace);
+        args.extend_from_slice(extra);
+        let (ok, out, err) = cli(&args);
+        assert!(ok, "{err}");
+        out
+    };
+    let risk_rows = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("Risk,"))
+            .map(str::to_string)
+            .collect()
+    };
+    let both = csv(
+        "config/samples/inference-risk.yaml",
+        &["--max-idle", "3h,6h"],
+    );
+    let rows = risk_rows(&both);
+    assert_eq!(rows.len(), 14, "{both}");
+    let dir = tempfile::tempdir().unwrap();
+    for ceiling in ["3h", "6h"] {
+        let edited = dir.path().join(format!("{ceiling}.yaml"));
+        let sample = std::fs::read_to_string("config/samples/inference-risk.yaml").unwrap();
+        assert!(sample.contains("maxIdle: 8h"));
+        std::fs::write(
+            &edited,
+            sample.replace("maxIdle: 8h", &format!("maxIdle: {ceiling}")),
+        )
+        .unwrap();
+        let alone = risk_rows(&csv(edited.to_str().unwrap(), &[]));
+        let mine: Vec<String> = rows
+            .iter()
+            .filter(|r| r.contains(&format!("(maxIdle {ceiling})")))
+            .map(|r| r.replace(&format!(" (maxIdle {ceiling})"), ""))
+            .collect();
+        // The same actions, regrets and GPU-hours (the fixed curve is the same too).
+        assert_eq!(mine, alone, "maxIdle {ceiling}");
+    }
+    let (ok, _, err) = cli(&[
+        "backtest",
+        "--sweep",
+        "--policy",
+        "config/samples/inference-risk.yaml",
+        trace[0],
+        trace[1],
+        "--max-idle",
+        "30m",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("--max-idle") && err.contains("action.after (1h)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_sweep_compares_each_risk_level_with_the_fixed_curve_and_names_a_missing_warm_up() {
     let args = [

@@ -203,8 +203,8 @@ pub struct IdleSpec {
     #[serde(default = "default_history")]
     pub history: Duration,
     /// Past idle spans that lasted at least as long as the current one needed before an
-    /// estimate counts; fewer, and the workload's peers are asked, then the fixed
-    /// durations decide.
+    /// estimate counts; fewer, and the workload's peers are asked; fewer there too, and
+    /// nothing is known: a risk-gated policy waits until maxIdle.
     #[serde(default = "default_min_idle_spans")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.idle.minIdleSpans must be at least 1, e.g. 10"))]
     pub min_idle_spans: u32,

@@ -149,6 +149,10 @@ pub struct SweepSpec {
     pub fixed_after: Vec<SignedDuration>,
     /// `idle.maxResumeRisk` of the risk variants (the policy's durations are the minimum).
     pub risk_levels: Vec<f64>,
+    /// `idle.maxIdle` of the risk variants: every level at each of these ceilings. Empty:
+    /// the policy's own. Where the gate knows nothing it waits until `maxIdle`, so on a cold
+    /// start the ceiling is the policy's real fixed rule.
+    pub max_idle: Vec<SignedDuration>,
 }
 
 impl Default for SweepSpec {
@@ -159,6 +163,7 @@ impl Default for SweepSpec {
                 .map(SignedDuration::from_mins)
                 .collect(),
             risk_levels: vec![0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5],
+            max_idle: Vec::new(),
         }
     }
 }
@@ -211,12 +216,23 @@ pub fn sweep(
         let label = format!("act after {}", crate::engine::classify::human(after));
         jobs.push((Family::Fixed, label, p));
     }
-    for &risk in &spec.risk_levels {
-        let mut p = base.clone();
-        p.idle.max_resume_risk = Some(risk);
-        p.idle.resume_horizon = kube_duration(regret_horizon);
-        let label = format!("maxResumeRisk {:.0} %", risk * 100.0);
-        jobs.push((Family::Risk, label, p));
+    let ceilings: Vec<Option<SignedDuration>> = if spec.max_idle.is_empty() {
+        vec![None]
+    } else {
+        spec.max_idle.iter().copied().map(Some).collect()
+    };
+    for ceiling in ceilings {
+        for &risk in &spec.risk_levels {
+            let mut p = base.clone();
+            p.idle.max_resume_risk = Some(risk);
+            p.idle.resume_horizon = kube_duration(regret_horizon);
+            let mut label = format!("maxResumeRisk {:.0} %", risk * 100.0);
+            if let Some(m) = ceiling {
+                p.idle.max_idle = Some(kube_duration(m));
+                label = format!("{label} (maxIdle {})", crate::engine::classify::human(m));
+            }
+            jobs.push((Family::Risk, label, p));
+        }
     }
     jobs.push((Family::Baseline, String::new(), base.clone()));
     let last = jobs.len() - 1;

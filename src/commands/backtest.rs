@@ -69,13 +69,24 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         .clone()
         .unwrap_or_else(|| "unnamed".into());
     if args.sweep {
-        let points = crate::backtest::sweep::sweep(
-            &policy.spec,
-            &trace,
-            &crate::backtest::sweep::SweepSpec::default(),
-            regret_horizon,
-            warmup,
-        );
+        let after = crate::engine::rules::dur(&policy.spec.action.after);
+        if let Some(short) = args.max_idle.iter().find(|m| **m < after) {
+            return Err(Error::InvalidArgument {
+                flag: "max-idle",
+                message: format!(
+                    "{} is shorter than the policy's action.after ({}): a ceiling comes after the action is first allowed; use --max-idle {} or longer",
+                    crate::engine::classify::human(*short),
+                    crate::engine::classify::human(after),
+                    crate::engine::classify::human(after),
+                ),
+            });
+        }
+        let spec = crate::backtest::sweep::SweepSpec {
+            max_idle: args.max_idle.clone(),
+            ..crate::backtest::sweep::SweepSpec::default()
+        };
+        let points =
+            crate::backtest::sweep::sweep(&policy.spec, &trace, &spec, regret_horizon, warmup);
         if let Some(path) = &args.svg {
             let title = format!("{name}: reclaimed GPU-hours against regret rate");
             std::fs::write(path, crate::report::svg::frontier(&title, &points)).map_err(
