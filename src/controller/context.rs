@@ -290,7 +290,8 @@ pub struct Memory {
     /// Every GPU's activity between cycles, read incrementally (`telemetry::live`).
     pub live: LiveTelemetry,
     /// Idle spans per policy, for the resumption-risk estimate (kept in memory: a new
-    /// leader starts with none, and the fixed durations decide until spans accrue).
+    /// leader starts with what `--history-backfill` reads back, and a risk-gated policy
+    /// waits until `maxIdle` where that is not enough).
     pub histories: HashMap<String, Histories<ObjectKey>>,
     /// When the previous evaluation ran (the resolution of the idle spans).
     pub last_evaluation: Option<Timestamp>,
