@@ -616,13 +616,17 @@ fn the_sweep_runs_every_risk_level_at_each_max_idle_as_if_the_policy_said_so() {
             .map(str::to_string)
             .collect()
     };
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("frontier.svg");
     let both = csv(
         "config/samples/inference-risk.yaml",
-        &["--max-idle", "3h,6h"],
+        &["--max-idle", "3h,6h", "--svg", svg.to_str().unwrap()],
     );
     let rows = risk_rows(&both);
     assert_eq!(rows.len(), 14, "{both}");
-    let dir = tempfile::tempdir().unwrap();
+    // The chart draws one line per ceiling (and the fixed curve), not one through both.
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(drawing.matches("<polyline").count(), 3, "{drawing}");
     for ceiling in ["3h", "6h"] {
         let edited = dir.path().join(format!("{ceiling}.yaml"));
         let sample = std::fs::read_to_string("config/samples/inference-risk.yaml").unwrap();

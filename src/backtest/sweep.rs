@@ -40,6 +40,9 @@ pub struct Point {
     /// Risk points: how they compare with the fixed curve at their regret rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_fixed: Option<VsFixed>,
+    /// Risk points of `--max-idle`: the `idle.maxIdle` ceiling they ran at, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_idle_seconds: Option<i64>,
 }
 
 /// A risk point against the fixed curve: the fixed variants that are not worse on both
@@ -183,6 +186,7 @@ fn point(family: Family, label: String, b: &Backtest) -> Point {
         regret_rate: b.summary.regret_rate,
         reclaimed_gpu_hours: b.summary.reclaimed_gpu_hours,
         vs_fixed: None,
+        max_idle_seconds: None,
     }
 }
 
@@ -248,7 +252,13 @@ pub fn sweep(
     let mut points: Vec<Point> = jobs[..last]
         .iter()
         .zip(runs.by_ref())
-        .map(|((family, label, _), b)| point(*family, label.clone(), &b))
+        .map(|((family, label, p), b)| {
+            let mut point = point(*family, label.clone(), &b);
+            if *family == Family::Risk && !spec.max_idle.is_empty() {
+                point.max_idle_seconds = p.idle.max_idle.as_ref().map(|d| std_dur(d).as_secs());
+            }
+            point
+        })
         .collect();
     let timelines = runs.next().expect("one run per job");
     let threshold = base.idle.threshold as f32;
@@ -392,6 +402,7 @@ fn baseline(
         },
         reclaimed_gpu_hours: reclaimed,
         vs_fixed: None,
+        max_idle_seconds: None,
     }
 }
 
@@ -459,6 +470,7 @@ fn oracle(
         regret_rate: 0.0,
         reclaimed_gpu_hours: reclaimed,
         vs_fixed: None,
+        max_idle_seconds: None,
     }
 }
 
@@ -495,6 +507,7 @@ mod tests {
             regret_rate: rate,
             reclaimed_gpu_hours: gpu_hours,
             vs_fixed: None,
+            max_idle_seconds: None,
         }
     }
 

@@ -207,8 +207,19 @@ pub fn frontier(title: &str, points: &[crate::backtest::sweep::Point]) -> String
     for (k, (family, colour, name)) in families.iter().enumerate() {
         let mut mine: Vec<_> = points.iter().filter(|p| p.family == *family).collect();
         mine.sort_by(|a, b| a.regret_rate.total_cmp(&b.regret_rate));
-        if matches!(family, Family::Risk | Family::Fixed) && mine.len() > 1 {
-            let path: Vec<String> = mine
+        // One line per family, and per maxIdle ceiling for `--max-idle` risk points.
+        let mut ceilings: Vec<Option<i64>> = mine.iter().map(|p| p.max_idle_seconds).collect();
+        ceilings.sort_unstable();
+        ceilings.dedup();
+        for ceiling in ceilings {
+            let line: Vec<_> = mine
+                .iter()
+                .filter(|p| p.max_idle_seconds == ceiling)
+                .collect();
+            if !matches!(family, Family::Risk | Family::Fixed) || line.len() < 2 {
+                continue;
+            }
+            let path: Vec<String> = line
                 .iter()
                 .map(|p| format!("{:.1},{:.1}", x(p.regret_rate), y(p.reclaimed_gpu_hours)))
                 .collect();
