@@ -190,6 +190,30 @@ fn point(family: Family, label: String, b: &Backtest) -> Point {
     }
 }
 
+/// A rule replayed over the timelines (the other tools', the oracle).
+fn replayed(
+    family: Family,
+    label: String,
+    actions: usize,
+    regrets: usize,
+    reclaimed_gpu_hours: f64,
+) -> Point {
+    Point {
+        family,
+        label,
+        actions,
+        regrets,
+        regret_rate: if actions > 0 {
+            regrets as f64 / actions as f64
+        } else {
+            0.0
+        },
+        reclaimed_gpu_hours,
+        vs_fixed: None,
+        max_idle_seconds: None,
+    }
+}
+
 /// Runs every variant, on as many threads as the machine has cores (each variant is an
 /// independent replay; the points come back in the same order). `maxPerHour` is lifted:
 /// the sweep measures when to act, not how many actions at once. `warmup` applies to
@@ -205,9 +229,9 @@ pub fn sweep(
     base.action.max_per_hour = u32::MAX;
     base.mode = crate::api::policy::PolicyMode::Enforce;
     let notice = std_dur(&base.action.after) - std_dur(&base.warn.after);
-    // (family, label, policy); the last job is the base policy with timelines, for the
-    // other tools' rules.
-    let mut jobs: Vec<(Family, String, GpuPolicySpec)> = Vec::new();
+    // (family, label, policy, the --max-idle ceiling in seconds); the last job is the base
+    // policy with timelines, for the other tools' rules and the oracle.
+    let mut jobs: Vec<(Family, String, GpuPolicySpec, Option<i64>)> = Vec::new();
     for &after in &spec.fixed_after {
         let mut p = base.clone();
         p.idle.max_resume_risk = None;
@@ -218,7 +242,7 @@ pub fn sweep(
         let window = std_dur(&p.idle.window).min(after);
         p.idle.window = kube_duration(window.max(SignedDuration::from_mins(1)));
         let label = format!("act after {}", crate::engine::classify::human(after));
-        jobs.push((Family::Fixed, label, p));
+        jobs.push((Family::Fixed, label, p, None));
     }
     let ceilings: Vec<Option<SignedDuration>> = if spec.max_idle.is_empty() {
         vec![None]
@@ -235,12 +259,12 @@ pub fn sweep(
                 p.idle.max_idle = Some(kube_duration(m));
                 label = format!("{label} (maxIdle {})", crate::engine::classify::human(m));
             }
-            jobs.push((Family::Risk, label, p));
+            jobs.push((Family::Risk, label, p, ceiling.map(|m| m.as_secs())));
         }
     }
-    jobs.push((Family::Baseline, String::new(), base.clone()));
+    jobs.push((Family::Baseline, String::new(), base.clone(), None));
     let last = jobs.len() - 1;
-    let runs = parallel_map(&jobs, |k, (_, _, p)| {
+    let runs = parallel_map(&jobs, |k, (_, _, p, _)| {
         let options = BacktestOptions {
             regret_horizon,
             keep_timelines: k == last,
@@ -252,12 +276,9 @@ pub fn sweep(
     let mut points: Vec<Point> = jobs[..last]
         .iter()
         .zip(runs.by_ref())
-        .map(|((family, label, p), b)| {
-            let mut point = point(*family, label.clone(), &b);
-            if *family == Family::Risk && !spec.max_idle.is_empty() {
-                point.max_idle_seconds = p.idle.max_idle.as_ref().map(|d| std_dur(d).as_secs());
-            }
-            point
+        .map(|((family, label, _, ceiling), b)| Point {
+            max_idle_seconds: *ceiling,
+            ..point(*family, label.clone(), &b)
         })
         .collect();
     let timelines = runs.next().expect("one run per job");
@@ -390,20 +411,13 @@ fn baseline(
             reclaimed += (t.activity.len() - at) as f64 * hours_per_step * gpus;
         }
     }
-    Point {
-        family: Family::Baseline,
-        label: label.to_string(),
+    replayed(
+        Family::Baseline,
+        label.to_string(),
         actions,
         regrets,
-        regret_rate: if actions > 0 {
-            regrets as f64 / actions as f64
-        } else {
-            0.0
-        },
-        reclaimed_gpu_hours: reclaimed,
-        vs_fixed: None,
-        max_idle_seconds: None,
-    }
+        reclaimed,
+    )
 }
 
 /// The hindsight bound ([`Family::Oracle`]) over the base run's timelines: an idle span
@@ -459,19 +473,11 @@ fn oracle(
             k = end + 1;
         }
     }
-    Point {
-        family: Family::Oracle,
-        label: format!(
-            "oracle: {} in (hindsight)",
-            crate::engine::classify::human(after)
-        ),
-        actions,
-        regrets: 0,
-        regret_rate: 0.0,
-        reclaimed_gpu_hours: reclaimed,
-        vs_fixed: None,
-        max_idle_seconds: None,
-    }
+    let label = format!(
+        "oracle: {} in (hindsight)",
+        crate::engine::classify::human(after)
+    );
+    replayed(Family::Oracle, label, actions, 0, reclaimed)
 }
 
 /// Whether every fixed point is dominated: some risk point reclaims at least as much with

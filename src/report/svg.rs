@@ -207,16 +207,20 @@ pub fn frontier(title: &str, points: &[crate::backtest::sweep::Point]) -> String
     for (k, (family, colour, name)) in families.iter().enumerate() {
         let mut mine: Vec<_> = points.iter().filter(|p| p.family == *family).collect();
         mine.sort_by(|a, b| a.regret_rate.total_cmp(&b.regret_rate));
-        // One line per family, and per maxIdle ceiling for `--max-idle` risk points.
+        // A line through the fixed and the risk points: one per maxIdle ceiling for
+        // `--max-idle` risk points.
         let mut ceilings: Vec<Option<i64>> = mine.iter().map(|p| p.max_idle_seconds).collect();
         ceilings.sort_unstable();
         ceilings.dedup();
+        if !matches!(family, Family::Risk | Family::Fixed) {
+            ceilings.clear();
+        }
         for ceiling in ceilings {
             let line: Vec<_> = mine
                 .iter()
                 .filter(|p| p.max_idle_seconds == ceiling)
                 .collect();
-            if !matches!(family, Family::Risk | Family::Fixed) || line.len() < 2 {
+            if line.len() < 2 {
                 continue;
             }
             let path: Vec<String> = line
