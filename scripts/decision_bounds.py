@@ -27,10 +27,20 @@ Families (each member acts on a span at the first minute its condition holds):
 - own traffic: act after T1 if the pod was busy at most x of the W before the span, else T2;
 - fleet quiet: act after T1 if the whole fleet was busy at most f of the W before, else T2;
 - time of day and own traffic together.
+
+With `--causal` (about 2 more minutes) it also replays a causal estimate pooled by what the
+families above found most telling, to see whether an estimator could learn it on the trace
+itself: the product-limit risk of the pooled spans seen so far (each span observed up to
+the current minute, a span still open censored there; the span's own pod's current span
+left out), against the cautious prior (100 % over 4 cases), needing 10 cases, acting at
+the first minute from 1h the risk is at most the level, else at maxIdle (8h, 4h). Pools:
+every span; by the quarter of the day a span began (as the product does); by whether its
+pod was busy at most 5 % of the 6 h before; both.
 """
 
 import argparse
 import gzip
+import itertools
 import re
 import sys
 
@@ -130,12 +140,55 @@ def best(results, max_regret):
     return max(ok, key=lambda r: r[0][2]) if ok else None
 
 
+def causal(all_spans, horizon, level, max_idle, key, after=60, min_spans=10, prior=4.0):
+    """Act on each span at the first minute from `after` where the pooled product-limit
+    risk (spans of the same `key` seen up to that minute) with the prior is at most `level`,
+    else at `max_idle`."""
+    pool = [x for x in all_spans if x[1][1] - x[1][0] > after]
+    acts = []
+    for pod, (s, e, resumed) in all_spans:
+        if e - s <= after:
+            continue
+        k, acted = key(pod, s), None
+        for t in range(after, min(max_idle, e - s)):
+            now, ends, at_risk = s + t, [], 0
+            for q, (s2, e2, r2) in pool:
+                if s2 >= now or (q == pod and s2 == s) or key(q, s2) != k:
+                    continue
+                seen = min(e2, now) - s2
+                if seen > t:
+                    at_risk += 1
+                    ends.append((seen - t, r2 and e2 <= now))
+            if at_risk < min_spans:
+                continue
+            ends.sort()
+            left, survival = at_risk, 1.0
+            for u, group in itertools.groupby(ends, key=lambda x: x[0]):
+                if u > horizon:
+                    break
+                group = list(group)
+                resumed_here = sum(1 for _, r in group if r)
+                if left > 0:
+                    survival *= 1 - resumed_here / left
+                left -= len(group)
+            risk = (at_risk * (1 - survival) + prior) / (at_risk + prior)
+            if risk <= level:
+                acted = now
+                break
+        if acted is None and e - s > max_idle:
+            acted = s + max_idle
+        if acted is not None:
+            acts.append((acted, e, resumed))
+    return score(acts, horizon)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--threshold", type=float, default=0.05, help="idle.threshold (0-1)")
     ap.add_argument("--horizon", type=duration, default=120, help="the regret horizon")
     ap.add_argument("--max-regret", type=float, default=0.10)
+    ap.add_argument("--causal", action="store_true", help="also replay causal pooled estimates")
     args = ap.parse_args()
     busy, first = read(args.trace, args.threshold)
     pods = sorted(busy)
@@ -201,6 +254,24 @@ def main():
             print(f"    {found[1]}")
         else:
             print(f"{name}: no member at <= {args.max_regret:.0%} regret")
+    if not args.causal:
+        return
+    quiet = lambda p, s: share(busy_sum[p], seen_sum[p], s, 360) <= 0.05  # noqa: E731
+    quarter = lambda p, s: int(hod(s) // 6)  # noqa: E731
+    pools = {
+        "every span": lambda p, s: 0,
+        "quarter of the day": quarter,
+        "own traffic <= 5 % of 6h": quiet,
+        "quarter and own traffic": lambda p, s: (quarter(p, s), quiet(p, s)),
+    }
+    print("\ncausal pooled estimate (prior 100 % over 4 cases, 10 cases): GPU-h at regret rate per level")
+    for max_idle in (480, 240):
+        for name, key in pools.items():
+            cells = []
+            for level in (0.05, 0.1, 0.2, 0.3, 0.5):
+                actions, regrets, gpu_h = causal(all_spans, h, level, max_idle, key)
+                cells.append(f"{level:.0%} {gpu_h:.1f} at {regrets / actions if actions else 0:.0%}")
+            print(f"  maxIdle {max_idle // 60}h, {name:<26} " + "; ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
