@@ -97,6 +97,52 @@ pub enum Command {
     /// Put a reclaimed workload back as it was (replicas, unsuspend) and restart its idle
     /// ladder with a fresh startup grace.
     Wake(WakeArgs),
+    /// Serve a live dcgm-exporter `/metrics` page from a recorded trace or activity
+    /// patterns, mapped onto the cluster's pods: gpu-reaper at work on a cluster with no
+    /// GPUs (the local trial, staging, tests).
+    Replay(ReplayArgs),
+}
+
+/// `gpu-reaper replay`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// Activity for pods of the cluster, `NAMESPACE/POD=PATTERN` or
+    /// `NAMESPACE/PREFIX*=PATTERN` (repeatable), e.g. `ml/chat-*=busy:2m,idle`. A
+    /// pattern is segments `idle`, `busy` or a fraction, each with `:DURATION` except
+    /// the last (which then lasts for ever; otherwise the pattern loops). Every running
+    /// pod that matches gets one series per GPU it requests.
+    #[arg(
+        long = "pattern",
+        env = "GPU_REAPER_REPLAY_PATTERNS",
+        value_delimiter = ';'
+    )]
+    pub patterns: Vec<String>,
+    /// A recorded trace (OpenMetrics, `.gz` read as gzip; the `backtest --trace` format)
+    /// to serve from its start, shifted to now and looping at its end.
+    #[arg(long, env = "GPU_REAPER_REPLAY_TRACE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// Where a recorded pod shows up, `REC_NAMESPACE/REC_POD=NAMESPACE/POD` or
+    /// `…=NAMESPACE/PREFIX*` (repeatable). Recorded pods with no mapping keep their
+    /// recorded names.
+    #[arg(long = "map", env = "GPU_REAPER_REPLAY_MAP", value_delimiter = ';')]
+    pub map: Vec<String>,
+    /// Trace time per wall-clock second: 1 for real timing, 60 to play an hour a minute.
+    #[arg(long, env = "GPU_REAPER_REPLAY_SPEED", default_value_t = 1.0, value_parser = positive_speed)]
+    pub speed: f64,
+    /// Address of the `/metrics` page (dcgm-exporter's port by default).
+    #[arg(
+        long,
+        env = "GPU_REAPER_REPLAY_LISTEN",
+        default_value = "127.0.0.1:9400"
+    )]
+    pub listen: std::net::SocketAddr,
+}
+
+fn positive_speed(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .ok_or_else(|| format!("{text:?} is not a positive number, e.g. 1 or 60"))
 }
 
 /// `gpu-reaper controller`.

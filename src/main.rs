@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Check(args) => gpu_reaper::admission::check::run(&args),
         Command::Wake(args) => gpu_reaper::cluster::wake::run(&args),
         Command::Controller(args) => gpu_reaper::controller::run::run(&args),
+        Command::Replay(args) => gpu_reaper::commands::replay::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

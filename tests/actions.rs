@@ -202,15 +202,7 @@ fn install(crd: Value) {
         &["apply", "--server-side", "--force-conflicts", "-f", "-"],
         Some(&crd.to_string()),
     );
-    cluster.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{name}"),
-            "--timeout=60s",
-        ],
-        None,
-    );
+    cluster.wait_established(&[&name]);
     done.insert(name);
 }
 

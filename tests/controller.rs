@@ -591,15 +591,10 @@ async fn the_watches_resolve_pods_through_a_scalable_crd_found_by_discovery_and_
     // one without /scale (not watched: its pod is reported under it).
     c.apply(&crd("inference.example.com", "Matrix", "matrices", true).to_string());
     c.apply(&crd("trainer.example.com", "Trainer", "trainers", false).to_string());
-    c.kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/matrices.inference.example.com",
-            "crd/trainers.trainer.example.com",
-        ],
-        None,
-    );
+    c.wait_established(&[
+        "matrices.inference.example.com",
+        "trainers.trainer.example.com",
+    ]);
     c.apply(
         &json!({"apiVersion": "inference.example.com/v1", "kind": "Matrix",
         "metadata": {"name": "mm", "namespace": ns}, "spec": {"replicas": 2}})

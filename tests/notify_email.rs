@@ -364,6 +364,7 @@ fn notification(kind: Kind, fields: Fields, emails: &[&str]) -> Notification {
             kind: "Deployment".into(),
             namespace: "ml".into(),
             name: fields.get("name").cloned().unwrap_or_default(),
+            uid: String::new(),
             owner: None,
             labels: Default::default(),
             annotations: Default::default(),

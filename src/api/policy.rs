@@ -47,9 +47,26 @@ use serde::{Deserialize, Serialize};
     ),
     printcolumn(name = "Idle", type_ = "integer", json_path = ".status.workloads.idle"),
     printcolumn(
+        name = "Warned",
+        type_ = "integer",
+        json_path = ".status.workloads.warned"
+    ),
+    // Whole dollars: the API server's table turns a fractional value into an integer.
+    printcolumn(
         name = "Savings USD",
-        type_ = "number",
+        type_ = "integer",
         json_path = ".status.estimatedSavingsUsd"
+    ),
+    // Ready and Degraded tell "nothing idle" from "could not look" (Prometheus down).
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Degraded",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Degraded\")].status"
     ),
     printcolumn(
         name = "Age",

@@ -70,6 +70,9 @@ pub struct ObjectInfo {
     pub kind: String,
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid` (empty when unknown): Events name the object by it, so
+    /// `kubectl describe` shows them.
+    pub uid: String,
     pub owner: Option<OwnerRef>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
@@ -103,6 +106,7 @@ impl ObjectInfo {
             kind: v["kind"].as_str()?.to_string(),
             namespace: meta["namespace"].as_str().unwrap_or("").to_string(),
             name: meta["name"].as_str()?.to_string(),
+            uid: meta["uid"].as_str().unwrap_or("").to_string(),
             owner,
             labels: strings(&meta["labels"]),
             annotations: strings(&meta["annotations"]),
@@ -131,6 +135,7 @@ impl ObjectInfo {
             kind: kind.to_string(),
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone()?,
+            uid: meta.uid.clone().unwrap_or_default(),
             owner: meta.owner_references.as_ref().and_then(|refs| {
                 refs.iter()
                     .find(|r| r.controller == Some(true))

@@ -58,6 +58,7 @@ pub fn run(args: &WakeArgs) -> Result<()> {
             kind: kind.clone(),
             namespace: namespace.clone(),
             name: name.clone(),
+            uid: String::new(),
             owner: None,
             labels: Default::default(),
             annotations: Default::default(),

@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod backtest;
+pub mod replay;
 
 use crate::cli::PrometheusArgs;
 use crate::telemetry::prometheus::PrometheusConfig;

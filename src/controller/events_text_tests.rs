@@ -23,6 +23,7 @@ fn root() -> ObjectInfo {
         kind: "Deployment".into(),
         namespace: "team-a".into(),
         name: "chat".into(),
+        uid: String::new(),
         owner: None,
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),

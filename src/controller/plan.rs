@@ -24,6 +24,9 @@ pub struct Planned {
     pub softer: Softer,
     /// The policy's action, unsupported on this kind (nothing is done; the reason says so).
     pub unsupported: Option<ActionType>,
+    /// When the owner was warned, as the ladder knew it (the annotation; in Audit mode,
+    /// the controller's memory): what the status's `warned` count reads.
+    pub warned_at: Option<Timestamp>,
 }
 
 /// A policy's plan for this cycle.
@@ -257,11 +260,12 @@ pub fn plan_with(
     out.planned = governed
         .iter()
         .zip(planned)
-        .map(|((i, ..), p)| Planned {
+        .map(|((i, _, _, _, _, ladder, _), p)| Planned {
             workload: *i,
             decision: p.decision,
             softer: p.softer,
             unsupported: p.unsupported,
+            warned_at: ladder.warned_at,
         })
         .collect();
     out

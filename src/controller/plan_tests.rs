@@ -32,6 +32,7 @@ fn warnings_name_what_is_done_to_the_kind_not_the_policys_word() {
         kind: kind.into(),
         namespace: "ml".into(),
         name: "w".into(),
+        uid: String::new(),
         owner: None,
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
@@ -446,4 +447,45 @@ fn a_workload_governed_by_a_higher_priority_policy_is_not_planned_here() {
     high.spec.priority = 10;
     let plan = plan_fleet(&low, &[&low, &high], 3, 0);
     assert!(plan.planned.is_empty());
+}
+
+#[test]
+fn an_audit_policy_counts_the_warnings_its_memory_holds() {
+    let mut audit = policy();
+    audit.spec.mode = PolicyMode::Audit;
+    // Idle 2 h, no warned-at annotation (Audit writes none): warned 45 minutes ago in the
+    // controller's memory only.
+    let (mut workloads, observations) = idle_fleet(3, 0);
+    for w in &mut workloads {
+        w.root.annotations.remove("gpureaper.io/warned-at");
+    }
+    let mut memory = AuditMemory::default();
+    for w in &workloads[..2] {
+        memory
+            .warned_at
+            .insert(w.root.key(), now() - SignedDuration::from_mins(45));
+    }
+    let mut history = Histories::new(Rules::from_spec(&audit.spec).risk);
+    let planned = plan(
+        &audit,
+        &[&audit],
+        &workloads,
+        &HashMap::new(),
+        &by_pod(&observations),
+        &memory,
+        &mut history,
+        SignedDuration::from_mins(1),
+        now(),
+    );
+    let counts = super::super::status::evaluation(&planned, &workloads, Default::default()).counts;
+    // Two remembered warnings, and the third is warned this cycle.
+    assert_eq!(counts.warned, 3, "{planned:#?}");
+    assert_eq!(
+        planned
+            .planned
+            .iter()
+            .filter(|p| matches!(p.decision.step, Step::Warn))
+            .count(),
+        1
+    );
 }

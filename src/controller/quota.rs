@@ -18,7 +18,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::json;
 
@@ -28,6 +27,8 @@ use crate::api::policy::AdmissionMode;
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::cluster::snapshot::list_all_matching;
 use crate::gpus::GpuResources;
+use crate::notify::Severity;
+use crate::notify::events::EventWriter;
 
 /// How often the GPU resource names nodes serve (MIG profiles, Intel's) are re-read.
 const SERVED_REFRESH: Duration = Duration::from_secs(600);
@@ -51,7 +52,7 @@ pub struct QuotaKeeper {
     /// GPU resource names the nodes serve that a prefix covers, and when they were read.
     served: Option<(Instant, Vec<String>)>,
     /// Events on attestations: unreadable ones, lapsed approvals.
-    recorder: Recorder,
+    events: EventWriter,
     /// Unreadable attestations already reported, by key and resourceVersion.
     reported: HashSet<(String, String)>,
 }
@@ -67,27 +68,18 @@ impl QuotaKeeper {
             enabled,
             excluded: excluded.into_iter().collect(),
             served: None,
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "gpu-reaper".into(),
-                    instance: Some(instance.to_string()),
-                },
-            ),
+            events: EventWriter::new(client.clone(), instance),
             reported: HashSet::new(),
         }
     }
 
     /// A Warning Event on an attestation (best effort: logged when it fails).
     async fn event(&self, reference: &ObjectReference, reason: &str, note: String) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
+        if let Err(e) = self
+            .events
+            .publish(reference.clone(), reason, Severity::Warning, &note)
+            .await
+        {
             tracing::warn!(error = %e, reason, "could not record an Event on an attestation");
         }
     }

@@ -23,7 +23,6 @@ use crate::api::GpuPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::api::conditions::{condition, set_condition};
-use crate::api::keys;
 use crate::api::policy::{GpuPolicyStatus, WorkloadCounts};
 use crate::cluster::inventory::{ObjectKey, Workload};
 use crate::engine::model::Step;
@@ -65,7 +64,13 @@ pub fn evaluation(plan: &PolicyPlan, workloads: &[Workload], reclaimed: Reclaime
             counts.idle += 1;
             idle_gpus += w.gpus;
         }
-        if matches!(d.step, Step::Warn) || w.root.annotations.contains_key(keys::WARNED_AT) {
+        // Warned in this idle period: now, or earlier (the annotation in Enforce mode, the
+        // controller's memory in Audit mode — both reach the plan as its ladder).
+        let warned_earlier = p
+            .warned_at
+            .zip(d.verdict.idle_since)
+            .is_some_and(|(warned, since)| warned >= since);
+        if matches!(d.step, Step::Warn) || warned_earlier {
             counts.warned += 1;
         }
         *hourly_by_namespace

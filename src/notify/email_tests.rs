@@ -231,6 +231,7 @@ fn the_message_id_is_stable_for_the_same_notice_and_differs_between_notices() {
             kind: "Deployment".into(),
             namespace: "ml".into(),
             name: "chat".into(),
+            uid: String::new(),
             owner: None,
             labels: Default::default(),
             annotations: Default::default(),

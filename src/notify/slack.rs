@@ -122,6 +122,7 @@ impl ButtonValue {
             kind: kind.to_string(),
             namespace: namespace.to_string(),
             name: name.to_string(),
+            uid: String::new(),
             owner: None,
             labels: Default::default(),
             annotations: Default::default(),

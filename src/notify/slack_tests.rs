@@ -11,6 +11,7 @@ fn workload() -> ObjectInfo {
         kind: "Deployment".into(),
         namespace: "ml".into(),
         name: "chat".into(),
+        uid: String::new(),
         owner: None,
         labels: Default::default(),
         annotations: Default::default(),

@@ -8,4 +8,5 @@ pub mod matrix;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod promql;
+pub mod replay;
 pub mod trace;

@@ -185,17 +185,34 @@ impl Cluster {
                 ],
                 None,
             );
-            self.kubectl(
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "crd/gpupolicies.gpureaper.io",
-                    "crd/readinessattestations.gpureaper.io",
-                    "--timeout=60s",
-                ],
-                None,
-            );
+            self.wait_established(&[
+                "gpupolicies.gpureaper.io",
+                "readinessattestations.gpureaper.io",
+            ]);
         });
+    }
+
+    /// Waits until every CRD of `names` is Established. Polls the condition itself:
+    /// `kubectl wait --for=condition=Established` fails at once ("<nil> is of the type
+    /// <nil>") while the CRD's status is not yet written, which a loaded machine shows.
+    pub fn wait_established(&self, names: &[&str]) {
+        for name in names {
+            wait_until(&format!("crd/{name} to be Established"), || {
+                self.try_kubectl(
+                    &[
+                        "get",
+                        "crd",
+                        name,
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+                    ],
+                    None,
+                )
+                .stdout
+                .trim()
+                    == "True"
+            });
+        }
     }
 
     /// A kube::Client for this cluster (cluster-admin).

@@ -122,19 +122,15 @@ pub fn install_crds(cluster: &Cluster) {
                         "clientConfig": {"service": {"namespace": NAMESPACE, "name": SERVICE, "path": "/convert"}},
                         "conversionReviewVersions": ["v1"]}});
                 }
-                names.push(format!(
-                    "crd/{}",
-                    crd["metadata"]["name"].as_str().unwrap()
-                ));
+                names.push(crd["metadata"]["name"].as_str().unwrap().to_string());
                 cluster.kubectl(
                     &["apply", "--server-side", "--force-conflicts", "-f", "-"],
                     Some(&crd.to_string()),
                 );
             }
         }
-        let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
-        args.extend(names.iter().map(String::as_str));
-        cluster.kubectl(&args, None);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        cluster.wait_established(&names);
     });
 }
 
