@@ -44,7 +44,8 @@ fn kubectl_get_shows_the_printer_columns_of_policies_and_attestations() {
     assert_eq!(
         header,
         [
-            "NAME", "MODE", "ACTION", "GOVERNED", "IDLE", "SAVINGS", "USD", "AGE"
+            "NAME", "MODE", "ACTION", "GOVERNED", "IDLE", "WARNED", "SAVINGS", "USD", "READY",
+            "DEGRADED", "AGE"
         ],
         "{out}"
     );

@@ -407,3 +407,152 @@ async fn require_delivery_holds_the_action_until_a_warning_reached_the_owner() {
         "acted once delivered"
     );
 }
+
+/// The whole loop as it runs in production, at 1× speed: `gpu-reaper replay` serves the
+/// DCGM series of the Deployment's pods (whatever their names), the real Prometheus 3
+/// scrapes it every 15 s, the controller reads it incrementally every 30 s, warns (an
+/// Event that `kubectl describe` shows, an email) with the deadline it really acts at,
+/// acts then, is woken, and warns again after the relapse with its own text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_loop_warns_with_the_true_deadline_acts_at_it_and_rewarns_after_a_wake() {
+    let cluster = common::cluster::cluster();
+    cluster.install_crds();
+    let ns = cluster.namespace("ml-live", &[]);
+    cluster.apply(&deployment_manifest(
+        &ns,
+        "chat",
+        1,
+        json!({"gpureaper.io/owner": "ana@example.com"}),
+    ));
+    cluster.running_pods(&ns, "app=chat", 1);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("mail")).unwrap();
+    let replay = common::live::replay(
+        cluster,
+        &["--pattern", &format!("{ns}/chat-*=idle")],
+        &dir.path().join("replay.log"),
+    );
+    let prometheus = common::live::prometheus_scraping(cluster, &ns, &[replay.target()], "15s");
+    let s = Setup {
+        scenario: Scenario {
+            cluster,
+            ns: ns.clone(),
+            prometheus,
+            t0: 0,
+            pods: Default::default(),
+        },
+        dir,
+        smtp_port: free_port(),
+    };
+    s.scenario.apply_policy(
+        r#"  mode: Enforce
+  idle: {window: 1m, startupGrace: 0s, minCoverage: 0.5}
+  warn: {after: 1m, channels: [Event, Email]}
+  action: {type: ScaleToZero, after: 2m}
+"#,
+    );
+    let _smtp = smtp_server(&s).await;
+    let port = free_port();
+    let log = s.dir.path().join("controller.log");
+    let _controller = tokio::process::Command::new(BIN)
+        .arg("controller")
+        .args(["--prometheus-url", &s.scenario.prometheus.url])
+        .args(["--scrape-interval", "15s", "--interval", "30s"])
+        .args(["--policy-selector", &format!("gpureaper.io/test={ns}")])
+        .args(["--lease-namespace", &ns, "--identity", "live"])
+        .args([
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &s.smtp_port.to_string(),
+        ])
+        .args([
+            "--smtp-security",
+            "none",
+            "--smtp-from",
+            "gpu-reaper <gpu-reaper@example.com>",
+        ])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let controller_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let describe = || cluster.kubectl(&["describe", "deployment", "chat", "-n", &ns], None);
+    // The stated deadline of every IdleGpus Event `kubectl describe` shows.
+    let deadlines = |text: &str| -> Vec<jiff::Timestamp> {
+        text.lines()
+            .filter(|l| l.contains("IdleGpus"))
+            .filter_map(|l| {
+                let after = l.split(" from ").nth(1)?;
+                after.split_whitespace().next()?.parse().ok()
+            })
+            .collect()
+    };
+    let wait = |what: &str, minutes: u64, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(minutes * 60);
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}\n--- describe:\n{}\n--- controller:\n{}",
+                describe(),
+                controller_log()
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    };
+
+    // 1. The warning, in `kubectl describe` (the Event names the Deployment's uid).
+    wait("the warning in kubectl describe", 6, &|| {
+        deadlines(&describe()).len() == 1
+    });
+    let first_deadline = deadlines(&describe())[0];
+    wait("the warning's email", 2, &|| !mails(&s).is_empty());
+    assert!(
+        mails(&s)[0].contains(&first_deadline.to_string()),
+        "the email names the same deadline {first_deadline}: {}",
+        mails(&s)[0]
+    );
+
+    // 2. The action, at that deadline (within one 30 s cycle and the read of the API).
+    wait("the scale to zero", 5, &|| {
+        s.scenario.deployment("chat")["spec"]["replicas"] == 0
+    });
+    let reaped_at: jiff::Timestamp =
+        s.scenario.deployment("chat")["metadata"]["annotations"]["gpureaper.io/reaped-at"]
+            .as_str()
+            .expect("reaped-at recorded")
+            .parse()
+            .unwrap();
+    let late = reaped_at.duration_since(first_deadline);
+    assert!(
+        late >= SignedDuration::from_secs(-1) && late <= SignedDuration::from_secs(40),
+        "acted at {reaped_at}, the warning said {first_deadline} ({late:?} late)\n{}",
+        controller_log()
+    );
+    wait("the Reclaimed Event in kubectl describe", 2, &|| {
+        describe().contains("Reclaimed")
+    });
+
+    // 3. Woken, then idle again: a second warning with its own deadline, after the first
+    // action (a merged Event would still read the first one's).
+    common::wake(&cluster.kubeconfig, &format!("{ns}/Deployment/chat")).await;
+    cluster.running_pods(&ns, "app=chat", 1);
+    wait("the second warning in kubectl describe", 6, &|| {
+        deadlines(&describe()).len() == 2
+    });
+    let all = deadlines(&describe());
+    let second = *all.iter().max().unwrap();
+    assert!(
+        second > reaped_at,
+        "the re-warning names a new deadline ({all:?}), after the first action at {reaped_at}"
+    );
+    wait("the second email", 2, &|| mails(&s).len() >= 2);
+    assert!(
+        mails(&s).iter().any(|m| m.contains(&second.to_string())),
+        "the second email names the new deadline {second}"
+    );
+}

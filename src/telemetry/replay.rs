@@ -121,8 +121,8 @@ pub struct PodTarget {
 }
 
 /// Which pods a source feeds: one pod by name, or every pod whose name starts with a
-/// prefix (`ml/chat*`: the pods of Deployment chat, whatever their names become after a
-/// scale to zero and back).
+/// prefix (`ml/chat-*`: the pods of Deployment chat, whatever their names become after a
+/// scale to zero and back; `ml/*`: every GPU pod of the namespace).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSelector {
     pub namespace: String,

@@ -51,6 +51,8 @@ fn pod_selectors_take_a_name_or_a_prefix() {
     assert!(prefix.matches("ml", "chat-7d9-x2"));
     assert!(!prefix.matches("other", "chat-7d9-x2"));
     assert!(!prefix.matches("ml", "train-1"));
+    let all: PodSelector = "ml/*".parse().unwrap();
+    assert!(all.matches("ml", "anything") && !all.matches("dev", "anything"));
     for bad in ["chat", "/chat", "ml/", "ml/a/b"] {
         let e = bad.parse::<PodSelector>().unwrap_err();
         assert!(e.contains("NAMESPACE/POD"), "{bad}: {e}");

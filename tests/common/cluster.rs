@@ -189,6 +189,14 @@ impl Cluster {
                 "gpupolicies.gpureaper.io",
                 "readinessattestations.gpureaper.io",
             ]);
+            // The OpenAPI document (what `kubectl explain` and server-side apply read) is
+            // published a moment after the CRD is Established.
+            for kind in ["gpupolicy", "readinessattestation"] {
+                wait_until(&format!("the OpenAPI schema of {kind}"), || {
+                    self.try_kubectl(&["explain", &format!("{kind}.spec")], None)
+                        .ok
+                });
+            }
         });
     }
 

@@ -220,3 +220,4 @@ impl Dcgm {
 }
 pub mod chart;
 pub mod kueue;
+pub mod live;
