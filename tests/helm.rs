@@ -66,7 +66,8 @@ fn helm_release(cluster: &Cluster, verb: &str, release: &str, ns: &str, values: 
         file.to_str().unwrap(),
     ];
     if verb == "upgrade" {
-        // Take back the webhook configuration's namespaceSelector from narrow_gate.
+        // As docs/install.md and troubleshooting.md upgrade: take back what others edited
+        // (here the webhook configuration's namespaceSelector from narrow_gate).
         args.push("--force-conflicts");
     }
     helm(cluster, &args)
@@ -415,6 +416,44 @@ fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upgrade()
         .get("secret", Some(&ns), &format!("{full}-webhook-tls"))
         .unwrap();
     assert_eq!(live_secret["data"]["tls.crt"], secret["data"]["tls.crt"]);
+
+    // The break-glass of docs/troubleshooting.md (a client-side patch of failurePolicy),
+    // then its documented recovery: `helm upgrade --force-conflicts` takes the field back
+    // (Helm 4 upgrades by server-side apply; kubectl's patch made kubectl its owner).
+    let flipped = if hook["failurePolicy"] == "Ignore" {
+        "Fail"
+    } else {
+        "Ignore"
+    };
+    cluster.kubectl(
+        &[
+            "patch",
+            "validatingwebhookconfiguration",
+            &format!("{full}-budget-gate"),
+            "--type",
+            "json",
+            "-p",
+            &format!(
+                r#"[{{"op":"replace","path":"/webhooks/0/failurePolicy","value":"{flipped}"}}]"#
+            ),
+        ],
+        None,
+    );
+    let recovery = helm_release(cluster, "upgrade", &release, &ns, &upgraded);
+    assert!(recovery.ok, "the documented recovery: {}", recovery.stderr);
+    let restored = cluster
+        .get(
+            "validatingwebhookconfiguration",
+            None,
+            &format!("{full}-budget-gate"),
+        )
+        .unwrap();
+    assert_eq!(
+        restored["webhooks"][0]["failurePolicy"], hook["failurePolicy"],
+        "helm upgrade --force-conflicts puts the chart's failurePolicy back"
+    );
+    let (_, last) = manifest(cluster, &release, &ns);
+    narrow_gate(cluster, &last, &[&ns]);
 
     // Uninstall removes the cluster-scoped objects too (the CRDs stay, as Helm does).
     let uninstall = helm(
