@@ -745,6 +745,77 @@ async fn the_leader_renews_its_lease_between_evaluations() {
     assert_eq!(lease["spec"]["holderIdentity"], "a");
 }
 
+/// SIGTERM (a rollout, a drain): the leader stops at a safe point, exits 0 and releases
+/// its Lease, so the standby takes it at its next attempt — before the Lease the leader
+/// last renewed would have run out (a whole minute here), which it could not do if the
+/// Lease were merely left to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_the_standby_takes_over_before_it_would_expire() {
+    let s = setup("sigterm", "Audit");
+    let dir = tempfile::tempdir().unwrap();
+    let start = |identity: &str| {
+        let port = common::free_port();
+        let log = dir.path().join(format!("{identity}.log"));
+        let child = tokio::process::Command::new(BIN)
+            .args(["controller", "--interval", "1h"])
+            .args(s.controller_args(identity, "60s"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("KUBECONFIG", &s.cluster.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        (child, port, log)
+    };
+    let lease = || {
+        s.cluster
+            .get("lease", Some(&s.ns), "gpu-reaper-controller")
+            .map(|l| l["spec"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let (mut leader, leader_port, leader_log) = start("a");
+    wait_until("a to lead and be ready", || {
+        lease()["holderIdentity"] == "a" && common::http_ok(leader_port, "/readyz")
+    });
+    let (_standby, standby_port, standby_log) = start("b");
+    wait_until("the standby to be ready", || {
+        common::http_ok(standby_port, "/readyz")
+    });
+    let held = lease();
+    assert_eq!(held["holderIdentity"], "a");
+    let last_renewal: jiff::Timestamp = held["renewTime"].as_str().unwrap().parse().unwrap();
+
+    let pid = leader.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), leader.wait())
+        .await
+        .expect("the leader stops within a minute of SIGTERM")
+        .unwrap();
+    let log = std::fs::read_to_string(&leader_log).unwrap();
+    assert!(status.success(), "a clean stop exits 0: {status:?}\n{log}");
+    assert!(log.contains("Lease released"), "{log}");
+
+    wait_until("the standby to take the Lease", || {
+        lease()["holderIdentity"] == "b"
+    });
+    let taken = lease();
+    let acquired: jiff::Timestamp = taken["acquireTime"].as_str().unwrap().parse().unwrap();
+    assert!(
+        acquired < last_renewal + jiff::SignedDuration::from_secs(60),
+        "b took the Lease at {acquired}, not before a's last renewal ({last_renewal}) ran out: {taken}\n{}",
+        std::fs::read_to_string(&standby_log).unwrap_or_default()
+    );
+    assert_eq!(taken["leaseTransitions"], 1);
+}
+
 /// Invariant 7 on a real cluster: once the Deployment controller has removed the pods of
 /// a workload scaled to zero, that action still counts against `maxPerHour`, so a second
 /// idle workload waits for the hour to pass.

@@ -78,7 +78,7 @@ pub fn run(args: &WebhookArgs) -> Result<()> {
         }
         tokio::spawn(certs.watch(reload_every, metrics.clone()));
         tokio::spawn(super::cache::run(client, cell, settings, metrics, debounce));
-        server::serve_tls(listener, tls, app, shutdown_signal()).await;
+        server::serve_tls(listener, tls, app, crate::commands::shutdown_signal()).await;
         tracing::info!("budget-gate webhook stopped");
         Ok(())
     })
@@ -91,25 +91,4 @@ async fn bind(address: &str, flag: &'static str) -> Result<TcpListener> {
             flag,
             message: format!("cannot listen on {address:?}: {e}"),
         })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

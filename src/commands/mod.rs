@@ -23,6 +23,29 @@ pub fn multi_thread_runtime() -> Result<tokio::runtime::Runtime> {
         })
 }
 
+/// Resolves on SIGTERM (a rollout, a node drain) or Ctrl-C: what the long-running
+/// commands stop on.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
 /// Runs a future to completion (the CLI has no other async work).
 pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -1,6 +1,8 @@
 //! Leader election on a coordination.k8s.io/v1 Lease: only the holder acts. A standby
 //! takes the Lease once the holder has not renewed it for `leaseDurationSeconds`.
 //! Every write carries the resourceVersion it read, so two candidates cannot both win.
+//! A leader that stops (SIGTERM) releases the Lease ([`Elector::release`]): a standby takes
+//! it at its next attempt, not a lease duration later.
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -85,6 +87,33 @@ impl Elector {
             .await
         {
             Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the Lease up if this candidate holds it: no holder, no renewal, so any
+    /// standby's next [`Self::try_lead`] takes it. `Ok(false)` when it was not held here
+    /// (nothing written).
+    pub async fn release(&self) -> Result<bool, kube::Error> {
+        let Some(current) = self.api.get_opt(&self.name).await? else {
+            return Ok(false);
+        };
+        let mut spec = current.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        let mut next = current;
+        next.spec = Some(spec);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => Ok(true),
+            // Someone wrote it since: it is no longer ours to give.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),
         }

@@ -3,6 +3,13 @@
 //! own clock, and every `--interval` (or as soon as a GpuPolicy changes) runs
 //! [`cycle::evaluate`] while this replica leads; `--once` takes the Lease, evaluates
 //! once and exits. What a cycle does is in `cycle` and its stages.
+//!
+//! On SIGTERM (every rollout and node drain) it stops at a safe point: between cycles at
+//! once; during one, the cycle is given [`SHUTDOWN_GRACE`] to finish (every write is
+//! idempotent and a restore record precedes its action, so a cycle cut short is finished
+//! by the next leader, never doubled). Then it stops renewing and releases the Lease, so
+//! the standby takes over at its next attempt (a third of `--lease-duration`), not a
+//! whole lease duration later.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +55,10 @@ async fn serve_admin(
         tracing::error!(error = %e, "probe server stopped");
     }
 }
+
+/// How long a cycle under way at SIGTERM may run on. The chart's
+/// `terminationGracePeriodSeconds` (30 s) leaves room for it and the Lease release.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Keeps `ctx.leading` current: the Lease is renewed on its own clock (a third of its
 /// duration), not once per evaluation: with --interval longer than --lease-duration,
@@ -152,8 +163,22 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                 false
             });
             ctx.set_leading(first);
-            tokio::spawn(keep_leading(elector.clone(), ctx.clone()));
         }
+        let renewing = (!args.once).then(|| tokio::spawn(keep_leading(elector.clone(), ctx.clone())));
+        // SIGTERM, as a value every select below can wait on again.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if !args.once {
+            tokio::spawn(async move {
+                crate::commands::shutdown_signal().await;
+                let _ = stop_tx.send(true);
+            });
+        }
+        let stopping = || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
         let lease = format!(
             "{}/{}",
             ctx.settings.lease_namespace, ctx.settings.lease_name
@@ -177,10 +202,14 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                             // Let an apply of several policies land together.
                             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                         }
+                        _ = stopping() => break,
                     }
                 }
                 None => {
-                    tick.tick().await;
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = stopping() => break,
+                    }
                 }
             }
             let leading = if args.once {
@@ -199,14 +228,32 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
             }
             was_leading = leading;
             if leading {
-                match cycle::evaluate(&ctx, &mut memory, ctx.clock.now()).await {
-                    Ok(()) => ready.store(true, Ordering::Relaxed),
-                    Err(e) => {
+                let now = ctx.clock.now();
+                let evaluation = cycle::evaluate(&ctx, &mut memory, now);
+                tokio::pin!(evaluation);
+                let mut stop_after = false;
+                let outcome = tokio::select! {
+                    outcome = &mut evaluation => Some(outcome),
+                    _ = stopping() => {
+                        stop_after = true;
+                        tracing::info!(grace = ?SHUTDOWN_GRACE, "stopping: finishing the cycle under way");
+                        tokio::time::timeout(SHUTDOWN_GRACE, &mut evaluation).await.ok()
+                    }
+                };
+                match outcome {
+                    Some(Ok(())) => ready.store(true, Ordering::Relaxed),
+                    Some(Err(e)) => {
                         tracing::warn!(error = %e, "evaluation failed");
                         if args.once {
                             return Err(e);
                         }
                     }
+                    None => tracing::warn!(
+                        "stopping: the cycle under way did not finish in time and was abandoned; the next leader finishes what it started"
+                    ),
+                }
+                if stop_after {
+                    break;
                 }
             } else {
                 // Standbys are ready: they serve metrics and take over when the Lease expires.
@@ -222,5 +269,16 @@ pub fn run(args: &ControllerArgs) -> Result<()> {
                 };
             }
         }
+        // SIGTERM: stop renewing, then give the Lease to whoever asks next.
+        if let Some(renewing) = renewing {
+            renewing.abort();
+        }
+        ctx.set_leading(false);
+        match elector.release().await {
+            Ok(true) => tracing::info!(lease = %lease, "stopped; Lease released"),
+            Ok(false) => tracing::info!(lease = %lease, "stopped; the Lease was not held here"),
+            Err(e) => tracing::warn!(lease = %lease, error = %e, "stopped; could not release the Lease (it expires on its own)"),
+        }
+        Ok(())
     })
 }
