@@ -539,6 +539,81 @@ async fn an_update_padded_to_1_3_mb_that_raises_the_gpus_is_denied_not_answered_
     assert_eq!(v["response"]["allowed"], false, "{v}");
 }
 
+/// What the API server sends, as text: `request` with `uid` first, `object` inline.
+fn raw_review(uid: &str, object: &str) -> Vec<u8> {
+    format!(
+        r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"{uid}","kind":{{"group":"ray.io","version":"v1","kind":"RayCluster"}},"resource":{{"group":"ray.io","version":"v1","resource":"rayclusters"}},"namespace":"team-a","operation":"CREATE","userInfo":{{"username":"alice"}},"object":{object}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// The answer the API server reads: (uid, allowed, message).
+fn answer(status: StatusCode, body: &[u8]) -> (String, bool, String) {
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "an error the failurePolicy would turn into an allow: {}",
+        String::from_utf8_lossy(&body[..300.min(body.len())])
+    );
+    let v: Value = serde_json::from_slice(body).unwrap();
+    let r = &v["response"];
+    (
+        r["uid"].as_str().unwrap_or("").to_string(),
+        r["allowed"].as_bool().unwrap(),
+        r["status"]["message"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[tokio::test]
+async fn an_object_nested_deeper_than_the_json_reader_follows_is_refused_not_answered_400() {
+    // Legal for the API server (CRD fields that preserve unknown fields), deeper than
+    // serde_json's 128 levels.
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    let object = format!(
+        r#"{{"apiVersion":"ray.io/v1","kind":"RayCluster","metadata":{{"name":"deep","namespace":"team-a"}},"spec":{{"x":{deep}}}}}"#
+    );
+    let app = app(snapshot(vec![enforce()], vec![]));
+    for path in ["/validate", "/mutate"] {
+        let (status, body) = post(&app, path, raw_review("deep-1", &object)).await;
+        let (uid, allowed, message) = answer(status, &body);
+        assert_eq!(uid, "deep-1", "{path}");
+        assert!(!allowed, "{path}: {message}");
+        assert!(
+            message.contains("nests deeper than the 127 levels"),
+            "{path}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_review_the_api_server_made_larger_than_the_reader_reads_is_refused_not_answered_413() {
+    // 2.5 MB of `<` in an annotation: within the API server's 3 MiB, and escaped as
+    // \u003c on the way to the webhook, six bytes each: a 15 MB review.
+    let escaped = "\\u003c".repeat(2_500_000);
+    let object = format!(
+        r#"{{"apiVersion":"ray.io/v1","kind":"RayCluster","metadata":{{"name":"big","namespace":"team-a","annotations":{{"a":"{escaped}"}}}},"spec":{{}}}}"#
+    );
+    let body = raw_review("big-1", &object);
+    assert!(body.len() > 8 << 20, "{} bytes", body.len());
+    let (status, body) = post(&app(snapshot(vec![enforce()], vec![])), "/validate", body).await;
+    let (uid, allowed, message) = answer(status, &body);
+    assert_eq!(uid, "big-1");
+    assert!(!allowed, "{message}");
+    assert!(message.contains("larger than the 8 MiB"), "{message}");
+}
+
+#[tokio::test]
+async fn a_review_with_a_field_of_the_wrong_type_is_refused_and_one_without_a_uid_is_a_400() {
+    let app = app(snapshot(vec![enforce()], vec![]));
+    let body = br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"typed-1","operation":7}}"#;
+    let (status, body) = post(&app, "/validate", body.to_vec()).await;
+    let (uid, allowed, _) = answer(status, &body);
+    assert_eq!((uid.as_str(), allowed), ("typed-1", false));
+    // Nothing to answer to: only an error is possible (the API server never sends this).
+    let (status, _) = post(&app, "/validate", b"{\"request\":{}}".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
 #[tokio::test]
 async fn validate_is_not_served_on_the_plain_http_probe_port() {
     let probes = probe_router(AppState {

@@ -110,6 +110,60 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest, ReviewError> {
     Ok(request)
 }
 
+/// The `request.uid` of a review that could not be read whole (too deep, too large, a
+/// field of the wrong type), found by scanning its text: the API server writes `request`
+/// with `uid` first. `None` when there is none to be found (then no answer can name the
+/// request, and an error is all that is left). Only a plausible uid is taken (letters,
+/// digits and `-`, at most 128 bytes).
+pub fn recover_uid(body: &[u8]) -> Option<String> {
+    let find =
+        |haystack: &[u8], needle: &[u8]| haystack.windows(needle.len()).position(|w| w == needle);
+    let request = find(body, b"\"request\"")?;
+    let after = &body[request..];
+    let uid = find(after, b"\"uid\"")?;
+    let mut rest = &after[uid + 5..];
+    while let [b' ' | b'\n' | b'\r' | b'\t', tail @ ..] = rest {
+        rest = tail;
+    }
+    let rest = rest.strip_prefix(b":")?;
+    let rest = rest.trim_ascii_start().strip_prefix(b"\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    let uid = &rest[..end];
+    (!uid.is_empty()
+        && uid.len() <= 128
+        && uid.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-'))
+    .then(|| String::from_utf8_lossy(uid).into_owned())
+}
+
+/// Whether `body` nests arrays and objects deeper than `limit` (strings skipped): the JSON
+/// reader stops at 128 levels, the API server accepts deeper objects.
+pub fn nested_deeper_than(body: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// `response` of an AdmissionReview.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct AdmissionResponse {

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -42,10 +42,10 @@ pub fn router(state: AppState) -> Router {
     let reviews = Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
-        // axum's default body limit (2 MiB) would answer 413 before the handler, and the
-        // API server applies the failurePolicy to a 413: under Ignore, a padded object
-        // would be admitted. Reviews up to what the API server can send are read.
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        // axum's limit would answer 413 before the handler, and the API server applies the
+        // failurePolicy to a 413: under Ignore, a padded object would be admitted. The
+        // handlers read the body themselves ([`read_body`]) and refuse what is larger.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state.clone());
     probe_router(state).merge(reviews)
 }
@@ -67,19 +67,87 @@ pub fn probe_router(state: AppState) -> Router {
 
 /// Largest AdmissionReview read. The API server refuses requests over 3 MiB and etcd
 /// objects over 1.5 MiB; a review of an UPDATE carries the object twice, in JSON, which
-/// can be larger than the stored form. 8 MiB covers every review the API server can send,
-/// so no review it sends meets a 413 (which the failurePolicy would turn into an allow).
+/// can be larger than the stored form — and the API server escapes `<`, `>` and `&` as
+/// six bytes each on the way, so a review can be several times the object. Reviews up to
+/// 8 MiB are read and decided; a larger one is refused (its uid read from its start),
+/// never answered with an error the failurePolicy would turn into an allow.
 pub const MAX_BODY: usize = 8 << 20;
 
-async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
+/// JSON nesting the reader follows (serde_json's own limit).
+const MAX_DEPTH: usize = 127;
+
+/// The body, or its first [`MAX_BODY`] bytes and `false` when it is larger.
+async fn read_body(body: Body) -> (Bytes, bool) {
+    use futures::StreamExt as _;
+    let mut stream = body.into_data_stream();
+    let mut read = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            break;
+        };
+        if read.len() + chunk.len() > MAX_BODY {
+            let room = MAX_BODY - read.len();
+            read.extend_from_slice(&chunk[..room]);
+            return (Bytes::from(read), false);
+        }
+        read.extend_from_slice(&chunk);
+    }
+    (Bytes::from(read), true)
+}
+
+/// The answer to a review that could not be read: a refusal naming why, when its uid can
+/// be found (fail closed: the budget gate does not admit what it cannot check); a 400
+/// only when there is no uid to answer to.
+fn unreadable(state: &AppState, body: &[u8], why: String, path: &str) -> Response {
+    state.metrics.malformed.inc();
+    let Some(uid) = review::recover_uid(body) else {
+        tracing::warn!(error = %why, path, "malformed admission request");
+        return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response();
+    };
+    tracing::warn!(uid = %uid, error = %why, path, "unreadable admission request: refused");
+    let response = AdmissionResponse {
+        uid,
+        allowed: false,
+        status: Some(ResponseStatus {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: format!(
+                "gpu-reaper's budget gate could not read this request ({why}) and refuses what it cannot check; write the object without it (a GPU workload needs neither), or ask the platform team to exempt the namespace (docs/budget-gate.md)"
+            ),
+        }),
+        warnings: Vec::new(),
+        patch_type: None,
+        patch: None,
+    };
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        review::response_body(&response),
+    )
+        .into_response()
+}
+
+/// Why a review that did not parse could not be read, in words for the denial.
+fn why_unreadable(body: &[u8], error: &review::ReviewError) -> String {
+    if review::nested_deeper_than(body, MAX_DEPTH) {
+        format!("it nests deeper than the {MAX_DEPTH} levels gpu-reaper reads")
+    } else {
+        error.0.clone()
+    }
+}
+
+async fn validate(State(state): State<AppState>, body: Body) -> Response {
     let started = Instant::now();
+    let (body, whole) = read_body(body).await;
+    if !whole {
+        let why = format!(
+            "the review is larger than the {} MiB gpu-reaper reads",
+            MAX_BODY >> 20
+        );
+        return unreadable(&state, &body, why, "/validate");
+    }
     let request = match review::parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            state.metrics.malformed.inc();
-            tracing::warn!(error = %e, "malformed admission request");
-            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
-        }
+        Err(e) => return unreadable(&state, &body, why_unreadable(&body, &e), "/validate"),
     };
     let Some(snapshot) = state.snapshot.get() else {
         state.metrics.not_ready.inc();
@@ -140,17 +208,21 @@ async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
 }
 
 /// The mutating webhook: records who changed a ReadinessAttestation's spec (G5). Needs no
-/// cache, so it answers before the caches sync; it never refuses a write (the validating
-/// webhook does).
-async fn mutate(State(state): State<AppState>, body: Bytes) -> Response {
+/// cache, so it answers before the caches sync; it never refuses a write it can read (the
+/// validating webhook does), and refuses one it cannot.
+async fn mutate(State(state): State<AppState>, body: Body) -> Response {
     use base64::Engine as _;
+    let (body, whole) = read_body(body).await;
+    if !whole {
+        let why = format!(
+            "the review is larger than the {} MiB gpu-reaper reads",
+            MAX_BODY >> 20
+        );
+        return unreadable(&state, &body, why, "/mutate");
+    }
     let request = match review::parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            state.metrics.malformed.inc();
-            tracing::warn!(error = %e, "malformed admission request to /mutate");
-            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
-        }
+        Err(e) => return unreadable(&state, &body, why_unreadable(&body, &e), "/mutate"),
     };
     let patch = super::attestation::mutate(&request).map(|ops| {
         base64::engine::general_purpose::STANDARD
