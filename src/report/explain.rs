@@ -429,7 +429,7 @@ pub fn text(e: &Explanation) -> String {
                 percent(g.coverage),
                 g.last_busy_at
                     .map(|t| when(t, e.at))
-                    .unwrap_or_else(|| "never seen".into()),
+                    .unwrap_or_else(|| "not in what was read".into()),
                 g.blind_until
                     .map(|t| format!(", unobserved until {t}"))
                     .unwrap_or_default()
@@ -461,6 +461,11 @@ pub fn text(e: &Explanation) -> String {
                 (Some(next), Some(at)) => {
                     writeln!(out, "  next        {next} at {}", when(at, e.at))
                 }
+                _ if d.classification == "Active" => writeln!(
+                    out,
+                    "  next        nothing scheduled while it is busy (the ladder starts once every GPU is idle for {})",
+                    p.window
+                ),
                 _ => writeln!(out, "  next        nothing scheduled"),
             };
             if let Some(s) = &d.softer {
