@@ -101,6 +101,70 @@ pub enum Command {
     /// patterns, mapped onto the cluster's pods: gpu-reaper at work on a cluster with no
     /// GPUs (the local trial, staging, tests).
     Replay(ReplayArgs),
+    /// What the controller sees for one workload now and what it will do, when: its
+    /// GPUs' activity, classification, policy, ladder step and the next one with its
+    /// time, the resumption-risk estimate. Recomputed from Prometheus and the API server
+    /// by the controller's own decision step; changes nothing.
+    Explain(Box<ExplainArgs>),
+}
+
+/// `gpu-reaper explain`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExplainArgs {
+    /// The workload: `<namespace>/<kind>/<name>` as `gpu-reaper wake` and the Events
+    /// write it (e.g. `ml/Deployment/llama-chat`); `<kind>/<namespace>/<name>` is read
+    /// too (a kind starts with a capital letter, a namespace cannot).
+    pub workload: String,
+    /// API version of the kind, needed only for a kind gpu-reaper does not know that
+    /// holds no GPUs now, e.g. `example.com/v1`; when given, only that version matches.
+    #[arg(long, env = "GPU_REAPER_EXPLAIN_API_VERSION")]
+    pub api_version: Option<String>,
+    /// Output: text for people, or JSON (field names stable; docs/controller.md).
+    #[arg(long, env = "GPU_REAPER_EXPLAIN_FORMAT", value_enum, default_value_t = ExplainFormat::Text)]
+    pub format: ExplainFormat,
+    /// Decide as of this time (RFC 3339) instead of the wall clock, as the controller's
+    /// --now does.
+    #[arg(long, env = "GPU_REAPER_EXPLAIN_NOW", value_parser = timestamp)]
+    pub now: Option<Timestamp>,
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// As the controller's: DCGM exporter scrape interval (Go duration).
+    #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s", value_parser = positive_duration)]
+    pub scrape_interval: std::time::Duration,
+    /// As the controller's: PromQL label matchers added to the live reads, e.g.
+    /// `{cluster="a"}`.
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_SELECTOR", default_value = "")]
+    pub prometheus_selector: String,
+    /// As the controller's: how far behind the clock the live read ends (Go duration).
+    #[arg(long, env = "GPU_REAPER_PROMETHEUS_READ_LAG", default_value = "15s", value_parser = duration)]
+    pub prometheus_read_lag: SignedDuration,
+    /// As the controller's: activity history replayed into the idle-span history, so the
+    /// resumption-risk estimate has cases (Go duration; 0s: none).
+    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h", value_parser = duration)]
+    pub history_backfill: SignedDuration,
+    /// As the controller's: only the GpuPolicies with these labels are looked at.
+    #[arg(long, env = "GPU_REAPER_POLICY_SELECTOR", default_value = "")]
+    pub policy_selector: String,
+    /// As the controller's: its Lease's name (the Audit-mode memory is the ConfigMap
+    /// `<lease-name>-audit`).
+    #[arg(
+        long,
+        env = "GPU_REAPER_LEASE_NAME",
+        default_value = "gpu-reaper-controller"
+    )]
+    pub lease_name: String,
+    /// As the controller's: its Lease's namespace (where the Audit-mode memory is).
+    #[arg(long, env = "GPU_REAPER_LEASE_NAMESPACE", default_value = "gpu-reaper")]
+    pub lease_namespace: String,
+    #[command(flatten)]
+    pub gpus: GpuCountArgs,
+}
+
+/// `gpu-reaper explain` output.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExplainFormat {
+    Text,
+    Json,
 }
 
 /// `gpu-reaper replay`.

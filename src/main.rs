@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Wake(args) => gpu_reaper::cluster::wake::run(&args),
         Command::Controller(args) => gpu_reaper::controller::run::run(&args),
         Command::Replay(args) => gpu_reaper::commands::replay::run(&args),
+        Command::Explain(args) => gpu_reaper::commands::explain::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -875,6 +875,256 @@ async fn max_per_hour_counts_an_action_whose_pods_are_already_gone() {
     assert_eq!(replicas(kept), 0, "{log}");
 }
 
+/// `gpu-reaper explain TARGET --now AT` with this scenario's Prometheus and policy
+/// selector, as JSON, each replaced by the same flag in `extra`: (exit code, stdout,
+/// stderr).
+async fn explain(s: &Scenario, target: &str, at: &str, extra: &[&str]) -> (i32, String, String) {
+    let selector = format!("gpureaper.io/test={}", s.ns);
+    let base = [
+        ("--format", "json"),
+        ("--prometheus-url", s.prometheus.url.as_str()),
+        ("--scrape-interval", "1m"),
+        ("--policy-selector", selector.as_str()),
+        ("--lease-namespace", s.ns.as_str()),
+    ];
+    let mut args = vec!["explain", target, "--now", at];
+    for (flag, value) in base {
+        if !extra.contains(&flag) {
+            args.extend([flag, value]);
+        }
+    }
+    args.extend(extra);
+    let out = tokio::process::Command::new(BIN)
+        .args(&args)
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `explain`'s JSON answer for `target` at `at`, which must succeed.
+async fn explained(s: &Scenario, target: &str, at: &str) -> Value {
+    let (code, out, err) = explain(s, target, at, &[]).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `gpu-reaper controller --once` at the instant `at` (RFC 3339).
+async fn cycle_at(s: &Scenario, at: &str) -> String {
+    let out = tokio::process::Command::new(BIN)
+        .args(["controller", "--once", "--now", at])
+        .args(s.controller_args("a", "15s"))
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
+        .env("RUST_LOG", "info")
+        .output()
+        .await
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
+fn second_before(at: &str) -> String {
+    (at.parse::<jiff::Timestamp>().unwrap() - jiff::SignedDuration::from_secs(1)).to_string()
+}
+
+/// `gpu-reaper explain` on a Deployment, a Job and a RayCluster, from the controller's
+/// own decision step: the time it gives for the next step is when the controller takes
+/// it. Its window (20m) is shorter than warn.after (30m), so an idle workload waits for
+/// its warning with a time to wait for:
+/// - Deployment chat (1 GPU): busy for the first hour, then idle;
+/// - Job train (2 GPUs): GPU 0 busy throughout;
+/// - RayCluster ray (its pod, 1 GPU): busy for 100 minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_tells_what_the_controller_will_do_and_when_and_it_does_it_then() {
+    let c = cluster();
+    c.kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(
+            &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "rayclusters.ray.io"},
+                "spec": {"group": "ray.io", "scope": "Namespaced",
+                         "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster", "listKind": "RayClusterList"},
+                         "versions": [{"name": "v1", "served": true, "storage": true,
+                                       "subresources": {"status": {}},
+                                       "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+            .to_string(),
+        ),
+    );
+    c.wait_established(&["rayclusters.ray.io"]);
+    let s = Scenario::start(
+        "explain",
+        |ns| {
+            // The RayCluster first: its pod names it by its real uid (the garbage
+            // collector deletes pods whose owner does not exist).
+            c.apply(
+                &json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                    "metadata": {"name": "ray", "namespace": ns}, "spec": {}})
+                .to_string(),
+            );
+            let uid = c.kubectl(
+                &[
+                    "get",
+                    "rayclusters.ray.io/ray",
+                    "-n",
+                    ns,
+                    "-o",
+                    "jsonpath={.metadata.uid}",
+                ],
+                None,
+            );
+            let ray_pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "ray-gpu-0", "namespace": ns, "labels": {"ray.io/cluster": "ray"},
+                             "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray", "uid": uid, "controller": true}]},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+            vec![
+                Workload {
+                    name: "chat",
+                    manifest: deployment(ns, "chat", 1, json!({})),
+                    pods: ("app=chat".into(), 1),
+                },
+                Workload {
+                    name: "train",
+                    manifest: job(ns, "train", 2),
+                    pods: ("job-name=train".into(), 1),
+                },
+                Workload {
+                    name: "ray",
+                    manifest: ray_pod.to_string(),
+                    pods: ("ray.io/cluster=ray".into(), 1),
+                },
+            ]
+        },
+        |dcgm, ns, pods| {
+            dcgm.gpu(ns, &pods["chat"][0], 0, H100, 0..=240, |m| {
+                Some(if m < 60 { 0.8 } else { 0.0 })
+            });
+            for g in 0..2 {
+                dcgm.gpu(ns, &pods["train"][0], g, H100, 0..=240, move |_| {
+                    Some(if g == 0 { 0.9 } else { 0.0 })
+                });
+            }
+            dcgm.gpu(ns, &pods["ray"][0], 0, H100, 0..=240, |m| {
+                Some(if m < 100 { 0.6 } else { 0.0 })
+            });
+        },
+    );
+    s.apply_policy(
+        "  mode: Enforce\n  idle: {window: 20m, startupGrace: 20m, minCoverage: 0.8}\n  warn: {after: 30m}\n  action: {type: ScaleToZero, after: 60m, maxPerHour: 20}\n",
+    );
+    let ns = &s.ns;
+
+    // 25 minutes idle: nothing yet; the warning has a time.
+    let chat = explained(&s, &format!("{ns}/Deployment/chat"), &s.at(85)).await;
+    let d = &chat["decision"];
+    assert_eq!(d["classification"], "Idle/Unused", "{chat:#}");
+    assert_eq!(d["step"], "Nothing", "{chat:#}");
+    assert_eq!(d["nextStep"], "Warn", "{chat:#}");
+    assert_eq!(chat["policy"]["name"], ns.as_str());
+    assert_eq!(chat["workload"]["apiVersion"], "apps/v1");
+    assert_eq!(chat["gpus"].as_array().unwrap().len(), 1, "{chat:#}");
+    assert_eq!(chat["gpus"][0]["model"], H100);
+    assert_eq!(chat["sources"]["historyBackfill"], "24h");
+    let warn_at = d["nextStepAt"].as_str().unwrap().to_string();
+    assert!(warn_at > s.at(85) && warn_at < s.at(120), "{warn_at}");
+    // The other order of the target reads the same.
+    let again = explained(&s, &format!("Deployment/{ns}/chat"), &s.at(85)).await;
+    assert_eq!(again["decision"]["nextStepAt"], warn_at.as_str());
+
+    // The controller a second before: no warning; at it: the warning.
+    let log = cycle_at(&s, &second_before(&warn_at)).await;
+    let annotations = |s: &Scenario| s.deployment("chat")["metadata"]["annotations"].clone();
+    assert!(
+        annotations(&s).get("gpureaper.io/warned-at").is_none(),
+        "{log}"
+    );
+    let log = cycle_at(&s, &warn_at).await;
+    assert_eq!(
+        annotations(&s)["gpureaper.io/warned-at"],
+        warn_at.as_str(),
+        "{log}"
+    );
+
+    // Warned: the next step is the action, with its time; explain reads the warning.
+    let chat = explained(&s, &format!("{ns}/Deployment/chat"), &warn_at).await;
+    let d = &chat["decision"];
+    assert_eq!(d["nextStep"], "Act", "{chat:#}");
+    assert_eq!(chat["state"]["warnedAt"], warn_at.as_str());
+    assert_eq!(chat["policy"]["actionForKind"], "ScaleToZero");
+    let act_at = d["nextStepAt"].as_str().unwrap().to_string();
+    assert!(act_at > warn_at, "{act_at}");
+    let log = cycle_at(&s, &second_before(&act_at)).await;
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 1, "{log}");
+    let log = cycle_at(&s, &act_at).await;
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0, "{log}");
+
+    // Reclaimed, its pod gone: it holds no GPUs, nothing is judged, the record is shown.
+    s.wait_for_pods("chat", 0);
+    let chat = explained(&s, &format!("{ns}/Deployment/chat"), &act_at).await;
+    assert_eq!(chat["decision"], Value::Null, "{chat:#}");
+    assert_eq!(chat["state"]["reapedAt"], act_at.as_str(), "{chat:#}");
+
+    // The Job: one of its two GPUs busy, so busy; both GPUs listed; suspended, not scaled.
+    let train = explained(&s, &format!("{ns}/Job/train"), &s.at(85)).await;
+    assert_eq!(train["decision"]["classification"], "Active", "{train:#}");
+    assert_eq!(train["decision"]["nextStepAt"], Value::Null);
+    assert_eq!(train["gpus"].as_array().unwrap().len(), 2, "{train:#}");
+    assert_eq!(train["policy"]["actionForKind"], "Suspend");
+
+    // The RayCluster, found through its pod's owner (no --api-version needed): busy at
+    // 85, idle past its window at 125, its warning due 30 minutes after its last activity.
+    let ray = explained(&s, &format!("{ns}/RayCluster/ray"), &s.at(85)).await;
+    assert_eq!(ray["workload"]["apiVersion"], "ray.io/v1", "{ray:#}");
+    assert_eq!(ray["decision"]["classification"], "Active", "{ray:#}");
+    let ray = explained(&s, &format!("{ns}/RayCluster/ray"), &s.at(125)).await;
+    assert_eq!(ray["decision"]["classification"], "Idle/Unused", "{ray:#}");
+    assert_eq!(ray["decision"]["nextStep"], "Warn", "{ray:#}");
+
+    // The text page says the same for people.
+    let (code, text, err) = explain(
+        &s,
+        &format!("{ns}/Job/train"),
+        &s.at(85),
+        &["--format", "text"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("class       Active"), "{text}");
+
+    // Bad input: a clear sentence naming what to do, exit code 2.
+    let bad = [
+        (format!("{ns}/Deployment/nope"), vec![], "--workload: "),
+        (format!("{ns}/Widget/nope"), vec![], "--api-version"),
+        (
+            format!("{ns}/Deployment/chat"),
+            vec!["--policy-selector", "gpureaper.io/test=nobody"],
+            "is not governed by any GpuPolicy",
+        ),
+        (
+            format!("{ns}/Job/train"),
+            vec![
+                "--prometheus-url",
+                "http://127.0.0.1:9",
+                "--prometheus-retries",
+                "0",
+            ],
+            "--prometheus-url: Prometheus could not answer",
+        ),
+        ("train".to_string(), vec![], "<namespace>/<kind>/<name>"),
+    ];
+    for (target, extra, says) in bad {
+        let (code, out, err) = explain(&s, &target, &s.at(85), &extra).await;
+        assert_eq!(code, 2, "{target}: {out}{err}");
+        assert!(err.contains(says), "{target}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
 // The stages in-process: the same scenarios, run through `Context::test` and
 // `cycle::evaluate` against the same control plane and Prometheus (no binary), so a
 // test can keep one `Memory` between cycles, read the metrics, or take the Lease away

@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod backtest;
+pub mod explain;
 pub mod replay;
 
 use crate::cli::PrometheusArgs;

@@ -106,6 +106,20 @@ pub struct Settings {
     pub quota_excluded_namespaces: Vec<String>,
 }
 
+/// `--prometheus-selector`, checked: empty, or label matchers in braces.
+pub fn prometheus_selector(text: &str) -> Result<String> {
+    let selector = text.trim().to_string();
+    if !selector.is_empty() && (!selector.starts_with('{') || !selector.ends_with('}')) {
+        return Err(Error::InvalidArgument {
+            flag: "prometheus-selector",
+            message: format!(
+                "{selector:?} is not a list of label matchers in braces, e.g. {{cluster=\"a\"}}"
+            ),
+        });
+    }
+    Ok(selector)
+}
+
 impl Settings {
     pub fn from_args(args: &ControllerArgs) -> Result<Self> {
         let interval = args.interval;
@@ -117,15 +131,7 @@ impl Settings {
             })?;
         let history_backfill = args.history_backfill;
         let read_lag = args.prometheus_read_lag.as_secs();
-        let selector = args.prometheus_selector.trim().to_string();
-        if !selector.is_empty() && (!selector.starts_with('{') || !selector.ends_with('}')) {
-            return Err(Error::InvalidArgument {
-                flag: "prometheus-selector",
-                message: format!(
-                    "{selector:?} is not a list of label matchers in braces, e.g. {{cluster=\"a\"}}"
-                ),
-            });
-        }
+        let selector = prometheus_selector(&args.prometheus_selector)?;
         let gpus = crate::admission::webhook::settings(&args.gpus)?;
         let templates = match &args.notify.notify_templates {
             Some(path) => {

@@ -11,6 +11,7 @@
 //! (invariant 1); the next read covers the gap. [`evaluate`] is what the loop runs each
 //! tick while leading, and what in-process tests run through `Context::test`.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use jiff::{SignedDuration, Timestamp};
@@ -18,7 +19,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::context::{Context, Judged, Memory};
 use super::metrics::PolicyLabels;
 use super::observe::{self, HistoryRead, Observed};
-use super::plan::{self, by_pod};
+use super::plan::{self, PolicyPlan, by_pod};
 use super::status::{self, Found};
 use super::warn::{self, Sent};
 use super::{act, audit_memory, housekeeping};
@@ -134,52 +135,18 @@ async fn evaluate_policy(
     let seen = cycle.seen;
     let observations = memory.live.observe(rules);
     let grouped = by_pod(&observations);
-    // Idle spans are remembered per policy; a change of its estimate's settings starts
-    // them over. A policy evaluated for the first time here (start-up, new leader, new
-    // policy) replays recent history first.
-    if memory
-        .histories
-        .get(&name)
-        .is_none_or(|h| h.params() != rules.risk)
-    {
-        let mut fresh = Histories::new(rules.risk);
-        observe::backfill(
-            ctx,
-            policy,
-            rules,
-            &seen.workloads,
-            &mut fresh,
-            &mut cycle.backfill_read,
-            now,
-        )
-        .await;
-        memory.histories.insert(name.clone(), fresh);
-    }
-    let history = memory.histories.get_mut(&name).expect("inserted above");
-    let resolution = memory
-        .last_evaluation
-        .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))
-        .clamp(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
-    let acted_without_pods = plan::acted_last_hour_without_pods(
-        policy,
+    let plan = judge(
+        ctx,
+        memory,
+        seen,
         &cycle.all,
-        &seen.owners,
-        &seen.workloads,
-        &seen.namespaces,
-        now,
-    );
-    let plan = plan::plan_with(
+        &mut cycle.backfill_read,
         policy,
-        &cycle.all,
-        &seen.workloads,
-        &seen.namespaces,
+        rules,
         &grouped,
-        &memory.audit,
-        history,
-        resolution,
         now,
-        acted_without_pods,
-    );
+    )
+    .await;
     for p in &plan.planned {
         let w = &seen.workloads[p.workload];
         let d = &p.decision;
@@ -238,11 +205,75 @@ async fn evaluate_policy(
     .await;
 }
 
+/// One policy's plan at `now`, from what the cycle observed: its idle-span history
+/// (replayed from Prometheus the first time the policy is evaluated,
+/// `--history-backfill`), the span resolution (the time since the previous evaluation),
+/// the actions of the last hour on workloads whose pods are gone, then
+/// [`plan::plan_with`] (pure). What the cycle warns and acts on, and what
+/// `gpu-reaper explain` shows: there is no second copy of this step.
+#[allow(clippy::too_many_arguments)]
+pub async fn judge(
+    ctx: &Context,
+    memory: &mut Memory,
+    seen: &Observed,
+    all: &[&GpuPolicy],
+    backfill_read: &mut HistoryRead,
+    policy: &GpuPolicy,
+    rules: &Rules,
+    grouped: &HashMap<(&str, &str), Vec<&GpuObservation>>,
+    now: Timestamp,
+) -> PolicyPlan {
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    // Idle spans are remembered per policy; a change of its estimate's settings starts
+    // them over. A policy evaluated for the first time here (start-up, new leader, new
+    // policy) replays recent history first.
+    if memory
+        .histories
+        .get(&name)
+        .is_none_or(|h| h.params() != rules.risk)
+    {
+        let mut fresh = Histories::new(rules.risk);
+        observe::backfill(
+            ctx,
+            policy,
+            rules,
+            &seen.workloads,
+            &mut fresh,
+            backfill_read,
+            now,
+        )
+        .await;
+        memory.histories.insert(name.clone(), fresh);
+    }
+    let history = memory.histories.get_mut(&name).expect("inserted above");
+    let resolution = memory
+        .last_evaluation
+        .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))
+        .clamp(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
+    let acted_without_pods = plan::acted_last_hour_without_pods(
+        policy,
+        all,
+        &seen.owners,
+        &seen.workloads,
+        &seen.namespaces,
+        now,
+    );
+    plan::plan_with(
+        policy,
+        all,
+        &seen.workloads,
+        &seen.namespaces,
+        grouped,
+        &memory.audit,
+        history,
+        resolution,
+        now,
+        acted_without_pods,
+    )
+}
+
 /// The DCGM model name of a workload's GPUs (the first observed), or empty.
-fn model_of(
-    w: &Workload,
-    grouped: &std::collections::HashMap<(&str, &str), Vec<&GpuObservation>>,
-) -> String {
+fn model_of(w: &Workload, grouped: &HashMap<(&str, &str), Vec<&GpuObservation>>) -> String {
     w.pods
         .iter()
         .filter_map(|p| grouped.get(&(p.meta.namespace.as_str(), p.meta.name.as_str())))

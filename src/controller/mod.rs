@@ -13,7 +13,8 @@
 //! - `status` (PURE compute of the whole GpuPolicy status, then one apply);
 //! - `audit_memory` (IO): the Audit-mode memory ConfigMap.
 //!
-//! `cycle` runs them in order; `run` is only the loop (Lease, ticks, `--once`) and the
+//! `explain` (IO, reads only) runs observe and the cycle's `judge` for one workload
+//! without acting (`gpu-reaper explain`). `cycle` runs them in order; `run` is only the loop (Lease, ticks, `--once`) and the
 //! wiring; `lease`, `caches` (watches), `backfill` (PURE feed of the idle-span history)
 //! and `metrics` serve them.
 
@@ -25,6 +26,7 @@ pub mod context;
 pub mod cycle;
 pub mod deliver;
 pub mod events_text;
+pub mod explain;
 pub mod housekeeping;
 pub mod lease;
 pub mod metrics;

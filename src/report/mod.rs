@@ -3,5 +3,6 @@
 //! cluster and Prometheus are the commands' edges (`commands::backtest`, `commands::audit`).
 
 pub mod audit;
+pub mod explain;
 pub mod render;
 pub mod svg;
