@@ -1,6 +1,8 @@
 //! gpu-reaper: a Kubernetes operator that reclaims idle GPUs and gates large GPU claims
 //! behind readiness attestations. See `docs/architecture.md` for the rooms and data flow.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod admission;
 pub mod api;
