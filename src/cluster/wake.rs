@@ -18,6 +18,14 @@ pub fn builtin_api_version(kind: &str) -> Option<&'static str> {
     }
 }
 
+/// The API version to address `kind` with: the one given (`--api-version`), else the
+/// built-in kind's; `None` when neither says (the caller names the flag).
+pub fn api_version_for(kind: &str, given: Option<&String>) -> Option<String> {
+    given
+        .cloned()
+        .or_else(|| builtin_api_version(kind).map(str::to_string))
+}
+
 /// Splits `<namespace>/<kind>/<name>`.
 pub fn parse_workload(text: &str) -> Result<(String, String, String)> {
     let parts: Vec<&str> = text.split('/').collect();
@@ -36,17 +44,13 @@ pub fn parse_workload(text: &str) -> Result<(String, String, String)> {
 
 pub fn run(args: &WakeArgs) -> Result<()> {
     let (namespace, kind, name) = parse_workload(&args.workload)?;
-    let api_version = match (&args.api_version, builtin_api_version(&kind)) {
-        (Some(v), _) => v.clone(),
-        (None, Some(v)) => v.to_string(),
-        (None, None) => {
-            return Err(Error::InvalidArgument {
-                flag: "api-version",
-                message: format!(
-                    "{kind} is not a built-in kind; pass its API version, e.g. --api-version kubeflow.org/v1"
-                ),
-            });
-        }
+    let Some(api_version) = api_version_for(&kind, args.api_version.as_ref()) else {
+        return Err(Error::InvalidArgument {
+            flag: "api-version",
+            message: format!(
+                "{kind} is not a built-in kind; pass its API version, e.g. --api-version kubeflow.org/v1"
+            ),
+        });
     };
     let line = block_on(async {
         let client = Client::try_default().await.map_err(|source| Error::Kube {

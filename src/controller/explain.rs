@@ -183,21 +183,16 @@ pub async fn see(ctx: &Context, target: &Target, now: Timestamp) -> Result<Seen>
 /// chains are followed through: read from the API server (its kind's API version is
 /// needed for that).
 async fn read_root(ctx: &Context, target: &Target) -> Result<ObjectInfo> {
-    let api_version = match (
-        &target.api_version,
-        crate::cluster::wake::builtin_api_version(&target.kind),
-    ) {
-        (Some(v), _) => v.clone(),
-        (None, Some(v)) => v.to_string(),
-        (None, None) => {
-            return Err(Error::InvalidArgument {
-                flag: "api-version",
-                message: format!(
-                    "no {target} holds GPUs, and {} is not a kind gpu-reaper knows the API version of; check the name, or pass its API version, e.g. --api-version kubeflow.org/v1",
-                    target.kind
-                ),
-            });
-        }
+    let Some(api_version) =
+        crate::cluster::wake::api_version_for(&target.kind, target.api_version.as_ref())
+    else {
+        return Err(Error::InvalidArgument {
+            flag: "api-version",
+            message: format!(
+                "no {target} holds GPUs, and {} is not a kind gpu-reaper knows the API version of; check the name, or pass its API version, e.g. --api-version kubeflow.org/v1",
+                target.kind
+            ),
+        });
     };
     let probe = ObjectInfo {
         api_version,

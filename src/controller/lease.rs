@@ -79,8 +79,14 @@ impl Elector {
         } else {
             now
         };
-        let mut next = current.clone();
-        next.spec = Some(spec(transitions, acquired));
+        self.write(current, spec(transitions, acquired)).await
+    }
+
+    /// Replaces the Lease read as `current` with `spec`: `Ok(false)` when someone wrote it
+    /// since (its resourceVersion moved on), so two candidates cannot both win.
+    async fn write(&self, current: Lease, spec: LeaseSpec) -> Result<bool, kube::Error> {
+        let mut next = current;
+        next.spec = Some(spec);
         match self
             .api
             .replace(&self.name, &PostParams::default(), &next)
@@ -105,17 +111,7 @@ impl Elector {
         }
         spec.holder_identity = None;
         spec.renew_time = None;
-        let mut next = current;
-        next.spec = Some(spec);
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &next)
-            .await
-        {
-            Ok(_) => Ok(true),
-            // Someone wrote it since: it is no longer ours to give.
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e),
-        }
+        // A conflict: someone wrote it since, and it is no longer ours to give.
+        self.write(current, spec).await
     }
 }
