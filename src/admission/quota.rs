@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 
 use super::decide::{Check, check_attestation, standing};
 use crate::api::attestation::APPROVED;
@@ -141,7 +141,8 @@ pub fn quota(
 
 /// The `Approved` condition an approved attestation should show when its approval no
 /// longer counts: False with reason `SpecChanged` (the spec was edited after approval) or
-/// `Expired`. `None`: leave it as the approver wrote it.
+/// `Expired`, turned False at `now` (it is only returned while `Approved` is still True).
+/// `None`: leave it as the approver wrote it.
 pub fn approval_condition(a: &ReadinessAttestation, now: Timestamp) -> Option<Condition> {
     let approved = a.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -151,7 +152,7 @@ pub fn approval_condition(a: &ReadinessAttestation, now: Timestamp) -> Option<Co
     if !approved {
         return None;
     }
-    match check_attestation(a, 0.0, &AdmissionSpec::default(), now) {
+    let lapsed = match check_attestation(a, 0.0, &AdmissionSpec::default(), now) {
         Check::StaleApproval { approved, current } => Some(condition(
             APPROVED,
             false,
@@ -169,7 +170,13 @@ pub fn approval_condition(a: &ReadinessAttestation, now: Timestamp) -> Option<Co
             format!("spec.expiresAt {at} has passed"),
         )),
         _ => None,
-    }
+    };
+    // `condition` leaves the transition time at the epoch for `set_condition` to fill;
+    // this one is written as is, and the status changes now.
+    lapsed.map(|c| Condition {
+        last_transition_time: Time(now),
+        ..c
+    })
 }
 
 #[cfg(test)]
@@ -279,5 +286,16 @@ mod tests {
         );
         let good = attestation(1, 1, "2030-01-01T00:00:00Z", 64);
         assert_eq!(approval_condition(&good, now()), None);
+    }
+
+    #[test]
+    fn a_lapsed_approval_turns_false_at_the_time_it_is_seen_not_in_1970() {
+        // The controller writes this condition as is: Approved went True -> False now.
+        let stale = attestation(2, 1, "2030-01-01T00:00:00Z", 64);
+        let c = approval_condition(&stale, now()).unwrap();
+        assert_eq!(c.last_transition_time, Time(now()));
+        let expired = attestation(1, 1, "2026-01-01T00:00:00Z", 64);
+        let c = approval_condition(&expired, now()).unwrap();
+        assert_eq!(c.last_transition_time, Time(now()));
     }
 }
