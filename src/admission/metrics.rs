@@ -64,7 +64,7 @@ impl Metrics {
         let malformed = Counter::default();
         registry.register(
             "admission_malformed_requests",
-            "Bodies that were not an admission.k8s.io/v1 AdmissionReview (answered 400)",
+            "Bodies that were not an admission.k8s.io/v1 AdmissionReview (refused when their uid can be read, else answered 400)",
             malformed.clone(),
         );
         let not_ready = Counter::default();
