@@ -80,6 +80,9 @@ pub enum Command {
     /// Replay recorded telemetry through a policy: what it would have warned about, what
     /// it would have reclaimed, and what it would have regretted.
     Backtest(BacktestArgs),
+    /// Write the history a backtest reads from Prometheus (DCGM exporter and
+    /// kube-state-metrics series) to an OpenMetrics file for `backtest --trace`.
+    Export(ExportArgs),
     /// Read-only waste report of the last hours from Prometheus: idle GPU-hours by shape
     /// and namespace, dollars, top offenders. Changes nothing.
     Audit(AuditArgs),
@@ -677,6 +680,24 @@ pub struct BacktestArgs {
     /// crashLoops, hours, seed). See docs/decision-quality.md.
     #[arg(long, env = "GPU_REAPER_SYNTHETIC", conflicts_with_all = ["trace", "prometheus_url"])]
     pub synthetic: Option<String>,
+}
+
+/// `gpu-reaper export`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExportArgs {
+    /// Where to read the history.
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Start of the history: RFC 3339, or a Go duration before --to (168h: a week).
+    #[arg(long, default_value = "24h", env = "GPU_REAPER_FROM", value_parser = since)]
+    pub from: Since,
+    /// End of the history: RFC 3339 (default: now).
+    #[arg(long, env = "GPU_REAPER_TO", value_parser = timestamp)]
+    pub to: Option<Timestamp>,
+    /// File to write, gzip when its name ends in `.gz`; written whole or not at all.
+    /// Default: standard output (plain text).
+    #[arg(long, short, env = "GPU_REAPER_OUTPUT")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,6 +18,9 @@ pub enum Error {
     /// Prometheus could not answer.
     #[error("{0}")]
     Prometheus(#[from] crate::telemetry::prometheus::PrometheusError),
+    /// A history from Prometheus lacks series a backtest needs (which, and what to install).
+    #[error("{0}")]
+    MissingSeries(#[from] crate::telemetry::coverage::MissingSeries),
     /// `audit --check` found problems (already printed).
     #[error("{0} telemetry check(s) failed")]
     NotReady(usize),
@@ -69,6 +72,7 @@ impl Error {
             Error::InvalidResource(_) => "invalid_resource",
             Error::Trace(_) => "trace",
             Error::Prometheus(_) => "prometheus",
+            Error::MissingSeries(_) => "missing_series",
             Error::NotReady(_) => "not_ready",
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::Io { .. } => "io",
@@ -84,7 +88,10 @@ impl Error {
     /// Process exit code: 2 for bad input the user can fix, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::InvalidResource(_) | Error::Trace(_) | Error::InvalidArgument { .. } => 2,
+            Error::InvalidResource(_)
+            | Error::Trace(_)
+            | Error::InvalidArgument { .. }
+            | Error::MissingSeries(_) => 2,
             // Files named by --tls-cert/--tls-key that are missing or wrong: the user's fix.
             Error::Certificate(e) => {
                 use crate::admission::server::CertError;

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
             .map(|y| print!("{y}"))
             .map_err(gpu_reaper::Error::from),
         Command::Backtest(args) => gpu_reaper::commands::backtest::run(&args),
+        Command::Export(args) => gpu_reaper::commands::export::run(&args),
         Command::Audit(args) => gpu_reaper::commands::audit::run(&args),
         Command::Webhook(args) => gpu_reaper::admission::webhook::run(&args),
         Command::Attest(args) => gpu_reaper::admission::approve::run(&args),

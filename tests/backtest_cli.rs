@@ -361,6 +361,55 @@ fn bad_flags_name_the_flag() {
 }
 
 #[test]
+fn export_refuses_bad_input_with_exit_code_2_naming_the_flag() {
+    for (args, flag, hint) in [
+        (&["export"][..], "--prometheus-url", "is required"),
+        (
+            &[
+                "export",
+                "--prometheus-url",
+                "http://127.0.0.1:9",
+                "--output",
+                "/nonexistent/dir/trace.om.gz",
+            ][..],
+            "--output",
+            "/nonexistent/dir does not exist",
+        ),
+        (
+            &[
+                "export",
+                "--prometheus-url",
+                "http://127.0.0.1:9",
+                "--output",
+                "/tmp",
+            ][..],
+            "--output",
+            "is a directory",
+        ),
+        (
+            &[
+                "export",
+                "--prometheus-url",
+                "http://127.0.0.1:9",
+                "--from",
+                "2026-11-02T08:00:00Z",
+                "--to",
+                "2026-11-02T00:00:00Z",
+            ][..],
+            "--from",
+            "is not before --to",
+        ),
+        (&["export", "--from", "last week"][..], "--from", "RFC 3339"),
+    ] {
+        let o = run(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(flag) && e.contains(hint), "{args:?}: {e}");
+        assert!(!e.contains("panicked"), "{e}");
+    }
+}
+
+#[test]
 fn the_svg_timeline_is_written_and_marks_the_action() {
     let t = tmp(
         "svg.om",

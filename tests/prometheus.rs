@@ -80,6 +80,181 @@ fn backtest_over_prometheus_history_equals_backtest_over_the_recorded_file() {
     assert_eq!(from_prom["summary"]["workloads"], 26);
 }
 
+/// `export` writes exactly what `backtest --prometheus-url` reads: replayed with
+/// `backtest --trace`, the file gives the very same report, and promtool backfills it.
+#[test]
+fn an_exported_trace_backtests_exactly_as_the_prometheus_it_came_from() {
+    let prom = prometheus_with("export", &sample_trace_text());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("day.om.gz");
+    let o = run(&[
+        "export",
+        "--prometheus-url",
+        &prom.url,
+        "--from",
+        "2026-11-02T00:00:00Z",
+        "--to",
+        "2026-11-02T08:00:00Z",
+        "--output",
+        file.to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(e.starts_with("exported ") && e.contains("day.om.gz"), "{e}");
+    let gz = std::fs::read(&file).unwrap();
+    assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip, as the name says");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no partial file left beside it"
+    );
+
+    let from_file = json_of(&run(&[
+        "backtest",
+        "--trace",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+    ]));
+    let from_prom = json_of(&backtest_sample_over(&prom.url, &[]));
+    assert_eq!(from_prom["summary"]["workloads"], 26);
+    assert_eq!(from_file["summary"], from_prom["summary"]);
+    for (f, p) in from_file["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(from_prom["workloads"].as_array().unwrap())
+    {
+        assert_eq!(f, p, "{} differs", p["name"]);
+    }
+    assert_eq!(from_file, from_prom, "and the whole report");
+
+    // The text is OpenMetrics promtool accepts, and plain on standard output.
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut text)
+        .unwrap();
+    assert!(text.ends_with(b"\n# EOF\n"));
+    let plain = dir.path().join("day.om");
+    std::fs::write(&plain, &text).unwrap();
+    let promtool = std::env::var("GPU_REAPER_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let backfill = Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&plain)
+        .arg(dir.path().join("blocks"))
+        .output()
+        .unwrap();
+    assert!(
+        backfill.status.success(),
+        "{}",
+        String::from_utf8_lossy(&backfill.stderr)
+    );
+    let o = run(&[
+        "export",
+        "--prometheus-url",
+        &prom.url,
+        "--from",
+        "2026-11-02T00:00:00Z",
+        "--to",
+        "2026-11-02T08:00:00Z",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, text, "standard output holds the same text");
+}
+
+/// DCGM series without kube-state-metrics (and, later, an exporter without its pod
+/// mapping): export and backtest both say which series and labels are missing and what
+/// to install, with exit code 2, instead of "0 workloads on 0 GPUs"; export writes
+/// nothing.
+#[test]
+fn export_and_backtest_name_the_missing_kube_state_metrics_and_pod_labels() {
+    let t0 = 1_793_577_600;
+    let om = common::Dcgm::new(t0)
+        .gpu("ml", "train-0", 0, "NVIDIA L4", 0..=59, |_| Some(0.0))
+        .gpu(
+            "gpu-operator",
+            "nvidia-dcgm-exporter-abcde",
+            0,
+            "NVIDIA L4",
+            120..=179,
+            |_| Some(0.0),
+        )
+        .finish();
+    let prom = prometheus_with("export-missing", &om);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trace.om");
+    let range = |from_minute: i64| {
+        let at = |m: i64| {
+            jiff::Timestamp::from_second(t0 + m * 60)
+                .unwrap()
+                .to_string()
+        };
+        (at(from_minute), at(from_minute + 60))
+    };
+    let both = |from: &str, to: &str| {
+        let export = run(&[
+            "export",
+            "--prometheus-url",
+            &prom.url,
+            "--from",
+            from,
+            "--to",
+            to,
+            "--output",
+            file.to_str().unwrap(),
+        ]);
+        let backtest = run(&[
+            "backtest",
+            "--prometheus-url",
+            &prom.url,
+            "--from",
+            from,
+            "--to",
+            to,
+        ]);
+        [export, backtest].map(|o| {
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(o.stdout.is_empty());
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        })
+    };
+
+    let (from, to) = range(0);
+    for e in both(&from, &to) {
+        assert!(
+            e.contains(&format!("{} between {from} and {to} lacks", prom.url)),
+            "{e}"
+        );
+        assert!(
+            e.contains(
+                "no kube-state-metrics series (kube_pod_owner, kube_pod_container_resource_requests"
+            ) && e.contains("install kube-state-metrics"),
+            "{e}"
+        );
+        assert!(!e.contains("DCGM"), "the DCGM series are fine: {e}");
+    }
+
+    let (from, to) = range(120);
+    for e in both(&from, &to) {
+        assert!(
+            e.contains("none of the 1 DCGM series names a workload's pod: 1 carry only the exporter's own pod (nvidia-dcgm-exporter-abcde)")
+                && e.contains("--kubernetes"),
+            "{e}"
+        );
+        assert!(e.contains("no kube-state-metrics series"), "{e}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "export wrote nothing"
+    );
+}
+
 #[test]
 fn audit_reports_idle_hours_by_shape_and_namespace_from_prometheus() {
     let prom = prometheus_with("audit", &sample_trace_text());

@@ -23,7 +23,7 @@ pub fn run(args: &AuditArgs) -> Result<()> {
     }
     let policy = load_policy(args.policy.as_deref())?;
     let (from, to) = time_range(args.since, args.to)?;
-    let mut trace = fetch_trace(
+    let (mut trace, _) = fetch_trace(
         &args.prometheus,
         from,
         to,

@@ -13,6 +13,7 @@ use crate::api::validate::parse_resource;
 use crate::backtest::{self, BacktestOptions};
 use crate::cli::{BacktestArgs, OutputFormat, PrometheusArgs, Since};
 use crate::error::{Error, Result};
+use crate::telemetry::coverage::Coverage;
 use crate::telemetry::prometheus::PrometheusSource;
 use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
 
@@ -44,9 +45,12 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
         skip_unknown_metrics: args.skip_unknown_metrics,
     };
     let trace = match (&args.prometheus.prometheus_url, &args.synthetic) {
-        (Some(_), _) => {
+        (Some(url), _) => {
             let (from, to) = time_range(args.from, args.to)?;
-            fetch_trace(&args.prometheus, from, to, &options)?
+            let (trace, coverage) = fetch_trace(&args.prometheus, from, to, &options)?;
+            // Rather than "0 workloads on 0 GPUs": which series or labels are missing.
+            coverage.check(url, from, to)?;
+            trace
         }
         (None, Some(mix)) => synthetic_trace(mix, &options)?,
         (None, None) => load_trace(args.trace.as_deref(), &options)?,
@@ -205,13 +209,13 @@ pub fn time_range(from: Since, to: Option<Timestamp>) -> Result<(i64, i64)> {
     Ok((from.as_second(), to.as_second()))
 }
 
-/// Pulls a trace from Prometheus.
+/// Pulls a trace from Prometheus, with what the history holds.
 pub fn fetch_trace(
     args: &PrometheusArgs,
     from: i64,
     to: i64,
     options: &ReadOptions,
-) -> Result<Trace> {
+) -> Result<(Trace, Coverage)> {
     let source = PrometheusSource::new(prometheus_config(args)?)?;
     Ok(block_on(source.fetch_trace(from, to, options))??)
 }

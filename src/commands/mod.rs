@@ -1,11 +1,12 @@
-//! The commands' edges: `backtest` and `audit` (files, Prometheus and the API server in,
-//! the pure reports out), and what every command's edge shares: the tokio runtimes, the
-//! typed Prometheus settings (used by the controller, the
+//! The commands' edges: `backtest`, `export`, `audit`, `explain` and `replay` (files, Prometheus and
+//! the API server in, the pure reports and traces out), and what every command's edge
+//! shares: the tokio runtimes, the typed Prometheus settings (used by the controller, the
 //! webhook, `attest` and `wake` too).
 
 pub mod audit;
 pub mod backtest;
 pub mod explain;
+pub mod export;
 pub mod replay;
 
 use crate::cli::PrometheusArgs;

@@ -220,6 +220,16 @@ mod stream {
 
 /// Feeds a range-vector answer for `family` into `builder`, as if read from a file.
 pub fn add_matrix(builder: &mut TraceBuilder, family: &str, data: Data) -> Result<(), String> {
+    for_each_matrix_sample(family, data, &mut |s| builder.add(s))
+}
+
+/// Hands every sample of a range-vector answer for `family` to `on_sample`, series by
+/// series, as a file would.
+pub fn for_each_matrix_sample(
+    family: &str,
+    data: Data,
+    on_sample: &mut dyn FnMut(&RawSample<'_>) -> Result<(), String>,
+) -> Result<(), String> {
     let Data::Matrix(series) = data else {
         return Err("expected a range vector (matrix) answer".into());
     };
@@ -229,7 +239,7 @@ pub fn add_matrix(builder: &mut TraceBuilder, family: &str, data: Data) -> Resul
         let (metric, samples) = s.into_inner();
         format_series(family, &metric, &mut series_text, &mut labels_text);
         for sample in samples {
-            builder.add(&RawSample {
+            on_sample(&RawSample {
                 metric: family,
                 series: &series_text,
                 labels: &labels_text,

@@ -13,11 +13,29 @@ impl PrometheusSource {
         selector: &str,
         options: &ReadOptions,
     ) -> Result<(TraceBuilder, usize), PrometheusError> {
-        let chunk = (self.config.chunk.as_secs() as i64).max(60);
         let mut builder = TraceBuilder::new(&ReadOptions {
             skip_unknown_metrics: true,
             ..options.clone()
         });
+        let queries = self
+            .read_samples_after(after, to, families, selector, &mut |s| builder.add(s))
+            .await?;
+        Ok((builder, queries))
+    }
+
+    /// The one range reader: hands every raw sample of `families` stamped in (`after`,
+    /// `to`] to `on_sample`, family by family, each family chunk by chunk in time order
+    /// (so each series' samples in increasing time), and returns the number of queries
+    /// sent. An error from `on_sample` stops the read and is reported with the query.
+    pub(super) async fn read_samples_after(
+        &self,
+        after: i64,
+        to: i64,
+        families: &[&str],
+        selector: &str,
+        on_sample: &mut dyn FnMut(&RawSample<'_>) -> Result<(), String>,
+    ) -> Result<usize, PrometheusError> {
+        let chunk = (self.config.chunk.as_secs() as i64).max(60);
         let mut queries = 0;
         for family in families {
             let mut end = after;
@@ -47,26 +65,25 @@ impl PrometheusSource {
                     Matrix::Streamed(series) => {
                         for s in &series {
                             for &(timestamp, value) in &s.samples {
-                                builder
-                                    .add(&RawSample {
-                                        metric: family,
-                                        series: &s.text,
-                                        labels: &s.labels,
-                                        value,
-                                        timestamp,
-                                        line: 0,
-                                    })
-                                    .map_err(fail)?;
+                                on_sample(&RawSample {
+                                    metric: family,
+                                    series: &s.text,
+                                    labels: &s.labels,
+                                    value,
+                                    timestamp,
+                                    line: 0,
+                                })
+                                .map_err(fail)?;
                             }
                         }
                     }
                     Matrix::Generic(data) => {
-                        add_matrix(&mut builder, family, data).map_err(fail)?
+                        for_each_matrix_sample(family, data, on_sample).map_err(fail)?
                     }
                 }
             }
         }
-        Ok((builder, queries))
+        Ok(queries)
     }
 
     /// Brings `live` up to `now` for `policies` with one read of every GPU's samples

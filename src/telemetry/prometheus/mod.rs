@@ -16,8 +16,9 @@ use backon::{ExponentialBuilder, Retryable};
 use prometheus_http_query::response::Data;
 use serde::Deserialize;
 
+use crate::telemetry::coverage::Coverage;
 use crate::telemetry::openmetrics::RawSample;
-use crate::telemetry::trace::{KNOWN_METRICS, ReadOptions, Trace, TraceBuilder};
+use crate::telemetry::trace::{KNOWN_METRICS, ReadOptions, Trace, TraceBuilder, WorkloadLabels};
 
 /// How to reach Prometheus.
 #[derive(Debug, Clone)]
@@ -254,18 +255,76 @@ impl PrometheusSource {
     }
 
     /// Pulls every family gpu-reaper reads between `from` and `to` (unix seconds) into a
-    /// [`Trace`], chunk by chunk.
+    /// [`Trace`], chunk by chunk, with what the history holds ([`Coverage::check`] says
+    /// what it lacks).
     pub async fn fetch_trace(
         &self,
         from: i64,
         to: i64,
         options: &ReadOptions,
-    ) -> Result<Trace, PrometheusError> {
-        self.fetch_families(from, to, KNOWN_METRICS, options).await
+    ) -> Result<(Trace, Coverage), PrometheusError> {
+        let mut builder = TraceBuilder::new(&ReadOptions {
+            skip_unknown_metrics: true,
+            ..options.clone()
+        });
+        let coverage = self
+            .read_history(from, to, &options.workload_labels, &mut |s| builder.add(s))
+            .await?;
+        let trace = builder
+            .finish(&self.config.url)
+            .map_err(|e| self.no_samples(from, to, KNOWN_METRICS, &e.message))?;
+        Ok((trace, coverage))
+    }
+
+    /// Hands every raw sample of every family gpu-reaper reads between `from` and `to`
+    /// (unix seconds) to `on_sample`, as [`Self::fetch_trace`] reads them — family by
+    /// family in [`KNOWN_METRICS`] order, each series' samples in increasing time — and
+    /// says what they hold (`workload_labels`: how DCGM series name their pod). What
+    /// `gpu-reaper export` writes to a file is exactly what a backtest reads here.
+    pub async fn read_history(
+        &self,
+        from: i64,
+        to: i64,
+        workload_labels: &WorkloadLabels,
+        on_sample: &mut dyn FnMut(&RawSample<'_>) -> Result<(), String>,
+    ) -> Result<Coverage, PrometheusError> {
+        let mut coverage = Coverage::new(workload_labels.clone());
+        // A range selector covers (end - range, end]: start one second early so a
+        // sample exactly at `from` is included.
+        self.read_samples_after(from - 1, to, KNOWN_METRICS, "", &mut |s| {
+            coverage.observe(s);
+            on_sample(s)
+        })
+        .await?;
+        if coverage.samples == 0 {
+            return Err(self.no_samples(
+                from,
+                to,
+                KNOWN_METRICS,
+                "none of the families gpu-reaper reads has one",
+            ));
+        }
+        Ok(coverage)
+    }
+
+    fn no_samples(&self, from: i64, to: i64, families: &[&str], message: &str) -> PrometheusError {
+        PrometheusError {
+            url: self.config.url.clone(),
+            query: format!("{{__name__=~\"{}\"}}", families.join("|")),
+            message: format!(
+                "no samples between {} and {}: {message} (is the DCGM exporter scraped, and is the time range right?)",
+                jiff::Timestamp::from_second(from)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default(),
+                jiff::Timestamp::from_second(to)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default(),
+            ),
+        }
     }
 
     /// As [`Self::fetch_trace`], for some of the families only (e.g. the activity the
-    /// controller's start-up backfill needs).
+    /// controller's start-up backfill needs), without their [`Coverage`].
     pub async fn fetch_families(
         &self,
         from: i64,
@@ -276,16 +335,9 @@ impl PrometheusSource {
         // A range selector covers (end - range, end]: start one second early so a
         // sample exactly at `from` is included.
         let (builder, _) = self.read_after(from - 1, to, families, "", options).await?;
-        builder.finish(&self.config.url).map_err(|e| PrometheusError {
-            url: self.config.url.clone(),
-            query: format!("{{__name__=~\"{}\"}}", families.join("|")),
-            message: format!(
-                "no samples between {} and {}: {} (is the DCGM exporter scraped, and is the time range right?)",
-                jiff::Timestamp::from_second(from).map(|t| t.to_string()).unwrap_or_default(),
-                jiff::Timestamp::from_second(to).map(|t| t.to_string()).unwrap_or_default(),
-                e.message
-            ),
-        })
+        builder
+            .finish(&self.config.url)
+            .map_err(|e| self.no_samples(from, to, families, &e.message))
     }
 }
 
@@ -293,7 +345,9 @@ mod answer;
 mod live;
 mod per_policy;
 
-pub use answer::{GpuVector, add_matrix, parse_answer, parse_vector, vector_by_gpu};
+pub use answer::{
+    GpuVector, add_matrix, for_each_matrix_sample, parse_answer, parse_vector, vector_by_gpu,
+};
 pub use live::Refreshed;
 pub use per_policy::{LiveSettings, Observations};
 
