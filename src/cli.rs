@@ -480,6 +480,11 @@ pub struct AttestTarget {
     /// has changed since, so it never covers a spec nobody saw.
     #[arg(long)]
     pub generation: Option<i64>,
+    /// The `metadata.uid` of the attestation you reviewed (printed with the spec, and by
+    /// `kubectl get ra NAME -o yaml`). Required to approve: an attestation deleted and
+    /// created again under the same name is another object, and is refused.
+    #[arg(long)]
+    pub uid: Option<String>,
 }
 
 /// `gpu-reaper check`.

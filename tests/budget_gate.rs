@@ -127,18 +127,16 @@ spec:
     )
 }
 
-/// `gpu-reaper` with the cluster-admin kubeconfig.
-/// The team of a namespace: its own ServiceAccount, allowed everything in the namespace
-/// (a RoleBinding to cluster-admin there), acting with a real token.
+/// The team of a namespace: the testenv's person alice, allowed everything in the
+/// namespace (a RoleBinding to cluster-admin there). A person, not a ServiceAccount:
+/// nobody approves a spec a ServiceAccount changed (four eyes, docs/security.md).
 struct Team {
     kubeconfig: std::path::PathBuf,
     cluster: &'static Cluster,
-    _dir: tempfile::TempDir,
 }
 
 impl Team {
     fn new(cluster: &'static Cluster, ns: &str) -> Self {
-        cluster.kubectl(&["create", "serviceaccount", "team", "-n", ns], None);
         cluster.kubectl(
             &[
                 "create",
@@ -147,16 +145,13 @@ impl Team {
                 "-n",
                 ns,
                 "--clusterrole=cluster-admin",
-                &format!("--serviceaccount={ns}:team"),
+                "--user=alice",
             ],
             None,
         );
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = common::chart::service_account_kubeconfig(cluster, dir.path(), ns, "team");
         Team {
-            kubeconfig,
+            kubeconfig: cluster.dir.join("alice.kubeconfig"),
             cluster,
-            _dir: dir,
         }
     }
 
@@ -171,6 +166,7 @@ impl Team {
     }
 }
 
+/// `gpu-reaper` with the cluster-admin kubeconfig.
 fn gpu_reaper(cluster: &Cluster, args: &[&str]) -> Run {
     run_with_stdin(
         Command::new(BIN)
@@ -256,7 +252,7 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     assert!(denied.stderr.contains(&expected), "{}", denied.stderr);
     assert!(cluster.get("job", Some(ns), "train").is_none());
 
-    // The team (a ServiceAccount of its namespace, with a real token) writes an
+    // The team (alice, a person with every right in the namespace) writes an
     // attestation: not approved yet. The mutating webhook records who changed the spec.
     let team = Team::new(cluster, ns);
     let wrote = team.kubectl(&["apply", "-f", "-"], Some(&attestation(ns)));
@@ -269,6 +265,12 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
 
     // An approver approves it; the same create succeeds.
     let target = format!("{ns}/llama-finetune");
+    let uid = cluster
+        .get("readinessattestation", Some(ns), "llama-finetune")
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // Approving binds to the spec shown: without --generation it is refused and shown.
     let blind = gpu_reaper(cluster, &["attest", "approve", &target]);
     assert!(!blind.ok, "{}", blind.stdout);
@@ -282,6 +284,8 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
                 &target,
                 "--generation",
                 "1",
+                "--uid",
+                &uid,
                 "--approver",
                 "lead",
             ])
@@ -291,7 +295,15 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
     assert!(!own.ok, "the author approved its own spec: {}", own.stdout);
     let approve = gpu_reaper(
         cluster,
-        &["attest", "approve", &target, "--generation", "1"],
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--uid",
+            &uid,
+        ],
     );
     assert!(approve.ok, "{}", approve.stderr);
     // approvedBy is the identity the API server authenticated (the admin certificate's
@@ -345,6 +357,8 @@ fn kubectl_users_are_denied_then_admitted_after_approval_and_an_edit_voids_it() 
             &target,
             "--generation",
             "2",
+            "--uid",
+            &uid,
             "--approver",
             "lead",
         ],
@@ -960,9 +974,23 @@ async fn with_the_webhook_stopped_the_controllers_quota_refuses_the_pods_past_th
     };
     cluster.apply(&attestation(16));
     let target = format!("{ns}/serve");
+    let uid = cluster
+        .get("readinessattestation", Some(ns), "serve")
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let approve = gpu_reaper(
         cluster,
-        &["attest", "approve", &target, "--generation", "1"],
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--uid",
+            &uid,
+        ],
     );
     assert!(approve.ok, "{}", approve.stderr);
     cycle(1).await;
@@ -1021,7 +1049,15 @@ async fn with_the_webhook_stopped_the_controllers_quota_refuses_the_pods_past_th
     // Approved again, then past its expiry.
     let approve = gpu_reaper(
         cluster,
-        &["attest", "approve", &target, "--generation", "2"],
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "2",
+            "--uid",
+            &uid,
+        ],
     );
     assert!(approve.ok, "{}", approve.stderr);
     cycle(3).await;

@@ -5,6 +5,14 @@
 //! whose path goes through the API server itself (the scale subresource routed by the
 //! chart, HPA, the ResourceQuota while the webhook is down) are also run on the real
 //! control plane by tests/budget_gate.rs.
+//!
+//! The attacks on who approves (four eyes by one person acting as a ServiceAccount; an
+//! approval that followed the name to a re-created object) run on the real control plane
+//! (`live_` tests): the real API server does the impersonation and the delete-and-create,
+//! and calls the real webhook behind the chart's Service; the people are the testenv's
+//! users `alice` (namespace `edit`) and `platform-oncall` (the chart's approver role).
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -754,6 +762,108 @@ fn a_spec_change_must_name_its_author_and_the_record_cannot_be_forged() {
     assert!(decide(&s, &request("UPDATE", widened, Some(old), "mallory")).allowed());
 }
 
+#[test]
+fn a_spec_a_service_account_last_changed_is_approved_by_nobody() {
+    // alice may edit team-a, so she may act as its ServiceAccounts (`kubectl --as`); the
+    // request names only the ServiceAccount, so nobody can be shown to be someone else.
+    let s = snapshot(vec![enforce()], vec![]);
+    let builder = "system:serviceaccount:team-a:builder";
+    let edited = attestation_object(json!({"gpureaper.io/spec-changed-by": builder}), None);
+    for approver in [
+        "alice",
+        "platform-oncall",
+        "system:serviceaccount:ci:deployer",
+    ] {
+        let approved = attestation_object(
+            json!({"gpureaper.io/spec-changed-by": builder}),
+            Some(approval(approver)),
+        );
+        let d = decide(&s, &status_write(approved, edited.clone(), approver));
+        assert_denied(
+            &d,
+            Reason::SelfApproval,
+            &format!(
+                "was last changed by ServiceAccount {builder}, which anyone who may edit namespace team-a can act as"
+            ),
+        );
+    }
+}
+
+#[test]
+fn a_service_account_is_not_a_second_pair_of_eyes() {
+    // alice wrote the spec as herself and approves as a ServiceAccount with the approver
+    // role, which she may impersonate.
+    let s = snapshot(vec![enforce()], vec![]);
+    let edited = attestation_object(json!({"gpureaper.io/spec-changed-by": "alice"}), None);
+    let bot = "system:serviceaccount:team-a:approver-bot";
+    let approved = attestation_object(
+        json!({"gpureaper.io/spec-changed-by": "alice"}),
+        Some(approval("approver-bot")),
+    );
+    let d = decide(&s, &status_write(approved, edited, bot));
+    assert_denied(&d, Reason::SelfApproval, "approvals are made by people");
+}
+
+#[test]
+fn an_approval_names_the_object_it_binds_to() {
+    let s = snapshot(vec![enforce()], vec![]);
+    let with_uid = |status: Option<Value>| {
+        let mut v = attestation_object(json!({"gpureaper.io/spec-changed-by": "alice"}), status);
+        v["metadata"]["uid"] = json!("u-2");
+        v
+    };
+    let edited = with_uid(None);
+    let approved_as = |uid: Option<&str>| {
+        let mut status = approval("bob");
+        if let Some(uid) = uid {
+            status["approvedUid"] = json!(uid);
+        }
+        with_uid(Some(status))
+    };
+    // The approval of u-1 (deleted and created again since, as u-2).
+    let d = decide(
+        &s,
+        &status_write(approved_as(Some("u-1")), edited.clone(), "bob"),
+    );
+    assert_denied(
+        &d,
+        Reason::AttestationInvalid,
+        "status.approvedUid u-1 must equal metadata.uid u-2",
+    );
+    let d = decide(&s, &status_write(approved_as(None), edited.clone(), "bob"));
+    assert_denied(
+        &d,
+        Reason::AttestationInvalid,
+        "status.approvedUid (unset) must equal metadata.uid u-2",
+    );
+    assert!(decide(&s, &status_write(approved_as(Some("u-2")), edited, "bob")).allowed());
+}
+
+#[test]
+fn an_approval_of_another_object_of_the_same_name_covers_nothing() {
+    let approved_as = |uid: &str| {
+        let mut a = (*attestation("llama", 64)).clone();
+        a.metadata.uid = Some("u-2".into());
+        a.status.as_mut().unwrap().approved_uid = Some(uid.into());
+        Arc::new(a)
+    };
+    let claim = create(job("train", json!({"app": "llama"}), 2, 8));
+    let other = approved_as("u-1");
+    assert!(!other.is_valid_at(now()));
+    let d = decide(&snapshot(vec![enforce()], vec![other.clone()]), &claim);
+    assert_denied(
+        &d,
+        Reason::StaleApproval,
+        "was approved as another object of that name (uid u-1), not this one (uid u-2)",
+    );
+    // Nor does it count toward what the namespace may hold (G1, and the quota).
+    assert!(!gpu_reaper::admission::decide::standing(&other, now()));
+    let this = approved_as("u-2");
+    assert!(gpu_reaper::admission::decide::standing(&this, now()));
+    assert!(this.is_valid_at(now()));
+    assert!(decide(&snapshot(vec![enforce()], vec![this.clone()]), &claim).allowed());
+}
+
 #[tokio::test]
 async fn the_mutating_webhook_records_who_changed_the_spec() {
     use base64::Engine as _;
@@ -773,5 +883,485 @@ async fn the_mutating_webhook_records_who_changed_the_spec() {
     assert_eq!(
         patch,
         json!([{"op": "add", "path": "/metadata/annotations/gpureaper.io~1spec-changed-by", "value": "mallory"}])
+    );
+}
+
+// --- on the real control plane: who approves, and what ------------------------------
+
+mod live {
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    use serde_json::{Value, json};
+
+    use super::common::chart::{BIN, Cleanup, Gate, render};
+    use super::common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until};
+
+    /// One attack's stage: a namespace governed by an Enforce policy (8 GPUs without an
+    /// attestation), the chart's webhook (validating and mutating) serving it, the chart's
+    /// attestation roles, and two people: alice, who may `edit` the namespace (the
+    /// built-in role, with its `impersonate` on the namespace's ServiceAccounts) and write
+    /// attestations there; platform-oncall, an approver for the namespace.
+    pub struct Stage {
+        pub cluster: &'static Cluster,
+        pub ns: String,
+        /// The chart's attestation editor and approver ClusterRoles.
+        pub editor_role: String,
+        pub approver_role: String,
+        pub alice: PathBuf,
+        pub oncall: PathBuf,
+        pub _gate: Gate,
+        pub _cleanup: Cleanup,
+    }
+
+    pub fn stage(prefix: &str) -> Stage {
+        let cluster = cluster();
+        cluster.install_crds();
+        let mut cleanup = Cleanup::new(cluster);
+        let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
+        cleanup.add("namespace", &system);
+        let ns = cluster.namespace(prefix, &[]);
+        cleanup.add("namespace", &ns);
+        let policy = format!("research-{ns}");
+        cluster.apply(&format!(
+            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}\n  admission: {{largeClaimGpus: 8, mode: Enforce}}\n"
+        ));
+        cleanup.add("gpupolicy", &policy);
+        let release = format!("{prefix}-{}", unique());
+        let values = json!({
+            "controller": {"enabled": false},
+            "samplePolicy": {"enabled": false},
+            "webhook": {"failurePolicy": "Fail"},
+            // The shared cluster's `edit` stays as it is; alice gets the editor role by a
+            // binding of her own.
+            "attestationRoles": {"aggregateToEdit": false},
+        });
+        let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
+        let role = |suffix: &str| -> String {
+            let role = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "ClusterRole"
+                        && o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with(suffix))
+                })
+                .unwrap_or_else(|| panic!("the chart renders a ClusterRole *{suffix}"));
+            cluster.apply(&role.to_string());
+            role["metadata"]["name"].as_str().unwrap().to_string()
+        };
+        let editor_role = role("-attestation-editor");
+        cleanup.add("clusterrole", &editor_role);
+        let approver_role = role("-attestation-approver");
+        cleanup.add("clusterrole", &approver_role);
+        let binding = |name: &str, role: &str, subject: Value| {
+            cluster.apply(
+                &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": ns},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": [subject]})
+                .to_string(),
+            );
+        };
+        let user = |name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name});
+        binding("alice-edit", "edit", user("alice"));
+        binding("alice-attestations", &editor_role, user("alice"));
+        binding("oncall-approves", &approver_role, user("platform-oncall"));
+        let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
+        cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
+        if let Some(mwc) = &gate.mwc_name {
+            cleanup.add("mutatingwebhookconfiguration", mwc);
+        }
+        gate.wait_called(&ns);
+        Stage {
+            cluster,
+            alice: cluster.dir.join("alice.kubeconfig"),
+            oncall: cluster.dir.join("approver.kubeconfig"),
+            ns,
+            editor_role,
+            approver_role,
+            _gate: gate,
+            _cleanup: cleanup,
+        }
+    }
+
+    impl Stage {
+        /// kubectl as the person of `kubeconfig`.
+        pub fn kubectl(&self, kubeconfig: &PathBuf, args: &[&str], stdin: Option<&str>) -> Run {
+            run_with_stdin(
+                Command::new(self.cluster.bin("kubectl"))
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig)
+                    .args(args),
+                stdin,
+            )
+        }
+
+        /// `gpu-reaper` as the person of `kubeconfig`.
+        pub fn gpu_reaper(&self, kubeconfig: &PathBuf, args: &[&str]) -> Run {
+            run_with_stdin(
+                Command::new(BIN).args(args).env("KUBECONFIG", kubeconfig),
+                None,
+            )
+        }
+
+        /// The attestation `name` as stored.
+        pub fn attestation(&self, name: &str) -> Value {
+            self.cluster
+                .get("readinessattestation", Some(&self.ns), name)
+                .expect("the attestation exists")
+        }
+
+        /// Whether the stored attestation `name` is marked approved.
+        pub fn approved(&self, name: &str) -> bool {
+            self.attestation(name)["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Approved" && c["status"] == "True")
+        }
+
+        /// `kubectl patch --subresource status` setting Approved=True for `generation`
+        /// and `uid`, as `kubeconfig` (with `as_`: impersonating that identity).
+        pub fn approve_by_hand(
+            &self,
+            kubeconfig: &PathBuf,
+            as_: Option<&str>,
+            name: &str,
+            by: &str,
+            generation: i64,
+            uid: &str,
+        ) -> Run {
+            let status = json!({"status": {
+                "conditions": [{"type": "Approved", "status": "True", "reason": "Approved",
+                    "message": "reviewed", "lastTransitionTime": "2026-11-10T00:00:00Z"}],
+                "approvedBy": by, "approvedGeneration": generation, "approvedUid": uid}})
+            .to_string();
+            let mut args = vec![
+                "patch",
+                "readinessattestation",
+                name,
+                "-n",
+                &self.ns,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status,
+            ];
+            let as_flag = as_.map(|a| format!("--as={a}"));
+            if let Some(a) = &as_flag {
+                args.push(a);
+            }
+            self.kubectl(kubeconfig, &args, None)
+        }
+
+        /// A 16-GPU Job labelled `app=llama`, created by alice with a server dry run (no
+        /// pods hold the shared nodes' GPUs): its outcome.
+        pub fn claim_16_gpus(&self) -> Run {
+            let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "train", "namespace": self.ns, "labels": {"app": "llama"}},
+                "spec": {"parallelism": 2, "template": {
+                    "metadata": {"labels": {"app": "llama"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "x",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}})
+            .to_string();
+            self.kubectl(
+                &self.alice,
+                &["create", "--dry-run=server", "-f", "-"],
+                Some(&job),
+            )
+        }
+
+        /// Waits until alice's 16-GPU claim is refused with a sentence containing `says`
+        /// (the webhook's cache follows the API server a moment later).
+        pub fn claim_refused(&self, says: &str) {
+            wait_until(&format!("the 16-GPU claim refused with {says:?}"), || {
+                let run = self.claim_16_gpus();
+                !run.ok && run.stderr.contains(says)
+            });
+        }
+
+        pub fn claim_admitted(&self) {
+            wait_until("the 16-GPU claim admitted", || self.claim_16_gpus().ok);
+        }
+    }
+
+    pub fn attestation(ns: &str, max_gpus: u32, selector: Value) -> String {
+        json!({"apiVersion": "gpureaper.io/v1alpha1", "kind": "ReadinessAttestation",
+            "metadata": {"name": "llama", "namespace": ns},
+            "spec": {"selector": selector, "maxGpus": max_gpus,
+                     "expiresAt": "2099-01-01T00:00:00Z",
+                     "evidence": {"dataThroughputGBps": 40, "notes": "loader benchmark"}}})
+        .to_string()
+    }
+}
+
+/// Issue #33 (A): namespace `edit` grants `impersonate` on the namespace's
+/// ServiceAccounts. alice wrote the attestation as one (`kubectl --as
+/// system:serviceaccount:<ns>:builder`), so the record named the ServiceAccount, and she
+/// approved it as herself: one person, counted as two pairs of eyes.
+#[test]
+fn live_an_editor_acting_as_a_service_account_is_not_a_second_pair_of_eyes() {
+    let s = live::stage("eyes");
+    let (cluster, ns) = (s.cluster, s.ns.as_str());
+    // The namespace's CI bot, allowed to edit it; and a bot someone made an approver.
+    for bot in ["builder", "approver-bot"] {
+        cluster.kubectl(&["create", "serviceaccount", bot, "-n", ns], None);
+    }
+    for (i, (bot, role)) in [
+        ("builder", "edit"),
+        ("builder", s.editor_role.as_str()),
+        ("approver-bot", s.approver_role.as_str()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        cluster.kubectl(
+            &[
+                "create",
+                "rolebinding",
+                &format!("{bot}-{i}"),
+                "-n",
+                ns,
+                &format!("--clusterrole={role}"),
+                &format!("--serviceaccount={ns}:{bot}"),
+            ],
+            None,
+        );
+    }
+    // alice leads the team: she approves for her namespace too (a RoleBinding per
+    // namespace, as docs/security.md shows).
+    cluster.kubectl(
+        &[
+            "create",
+            "rolebinding",
+            "alice-approves",
+            "-n",
+            ns,
+            &format!("--clusterrole={}", s.approver_role),
+            "--user=alice",
+        ],
+        None,
+    );
+    let builder = format!("system:serviceaccount:{ns}:builder");
+
+    // alice writes the spec as the builder ServiceAccount: the record names it.
+    let attestation = live::attestation(ns, 64, json!({"matchLabels": {"app": "llama"}}));
+    let wrote = s.kubectl(
+        &s.alice,
+        &["apply", "-f", "-", &format!("--as={builder}")],
+        Some(&attestation),
+    );
+    assert!(
+        wrote.ok,
+        "alice writes as the ServiceAccount: {}",
+        wrote.stderr
+    );
+    let stored = s.attestation("llama");
+    assert_eq!(
+        stored["metadata"]["annotations"]["gpureaper.io/spec-changed-by"],
+        builder.as_str()
+    );
+    let uid = stored["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // Then she approves it as herself, by hand and with the CLI: refused both ways.
+    let by_hand = s.approve_by_hand(&s.alice, None, "llama", "alice", 1, &uid);
+    assert!(
+        !by_hand.ok,
+        "alice approved the spec she wrote as {builder}: {}",
+        by_hand.stdout
+    );
+    assert!(
+        by_hand
+            .stderr
+            .contains(&format!("was last changed by ServiceAccount {builder}")),
+        "{}",
+        by_hand.stderr
+    );
+    let target = format!("{ns}/llama");
+    let cli = s.gpu_reaper(
+        &s.alice,
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--uid",
+            &uid,
+        ],
+    );
+    assert!(!cli.ok, "{}", cli.stdout);
+    assert!(!s.approved("llama"), "{}", s.attestation("llama"));
+    s.claim_refused("is not approved");
+
+    // The other way round: alice writes the spec as herself and approves as a
+    // ServiceAccount that holds the approver role.
+    let mine = s.kubectl(
+        &s.alice,
+        &["apply", "-f", "-"],
+        Some(&attestation.replace("loader benchmark", "loader benchmark, run 2")),
+    );
+    assert!(mine.ok, "{}", mine.stderr);
+    assert_eq!(
+        s.attestation("llama")["metadata"]["annotations"]["gpureaper.io/spec-changed-by"],
+        "alice"
+    );
+    let as_bot = s.approve_by_hand(
+        &s.alice,
+        Some(&format!("system:serviceaccount:{ns}:approver-bot")),
+        "llama",
+        "approver-bot",
+        2,
+        &uid,
+    );
+    assert!(
+        !as_bot.ok,
+        "alice approved her own spec as a ServiceAccount"
+    );
+    assert!(
+        as_bot.stderr.contains("approvals are made by people"),
+        "{}",
+        as_bot.stderr
+    );
+    assert!(!s.approved("llama"));
+
+    // A second person approves what alice wrote as herself: admitted.
+    let approve = s.gpu_reaper(
+        &s.oncall,
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "2",
+            "--uid",
+            &uid,
+        ],
+    );
+    assert!(approve.ok, "{}", approve.stderr);
+    assert_eq!(
+        s.attestation("llama")["status"]["approvedBy"],
+        "platform-oncall"
+    );
+    s.claim_admitted();
+}
+
+/// Issue #33 (B): between review and `attest approve --generation 1`, the attestation was
+/// deleted and re-created under the same name (generation 1 again) with `maxGpus:
+/// 1000000` and an empty selector, and the approval landed on the new object.
+#[test]
+fn live_an_approval_binds_to_the_object_reviewed_not_to_its_name() {
+    let s = live::stage("uid");
+    let ns = s.ns.as_str();
+    let target = format!("{ns}/llama");
+    let modest = live::attestation(ns, 16, json!({"matchLabels": {"app": "llama"}}));
+    let wrote = s.kubectl(&s.alice, &["apply", "-f", "-"], Some(&modest));
+    assert!(wrote.ok, "{}", wrote.stderr);
+    // The approver reviews generation 1 of the object with this uid.
+    let reviewed = s.kubectl(
+        &s.oncall,
+        &[
+            "get",
+            "readinessattestation",
+            "llama",
+            "-n",
+            ns,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert!(reviewed.ok, "{}", reviewed.stderr);
+    let reviewed: Value = serde_json::from_str(&reviewed.stdout).unwrap();
+    let reviewed_uid = reviewed["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(reviewed["metadata"]["generation"], 1);
+
+    // alice swaps it for another object of the same name, at generation 1 again.
+    let deleted = s.kubectl(
+        &s.alice,
+        &[
+            "delete",
+            "readinessattestation",
+            "llama",
+            "-n",
+            ns,
+            "--wait=true",
+        ],
+        None,
+    );
+    assert!(deleted.ok, "{}", deleted.stderr);
+    let greedy = live::attestation(ns, 1_000_000, json!({}));
+    let swapped = s.kubectl(&s.alice, &["create", "-f", "-"], Some(&greedy));
+    assert!(swapped.ok, "{}", swapped.stderr);
+    let current = s.attestation("llama");
+    assert_eq!(current["metadata"]["generation"], 1);
+    let current_uid = current["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_ne!(current_uid, reviewed_uid);
+
+    // The approval of what was reviewed does not land on the new object: neither by the
+    // CLI nor by hand.
+    let cli = s.gpu_reaper(
+        &s.oncall,
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--uid",
+            &reviewed_uid,
+        ],
+    );
+    assert!(!cli.ok, "{}", cli.stdout);
+    let by_hand = s.approve_by_hand(
+        &s.oncall,
+        None,
+        "llama",
+        "platform-oncall",
+        1,
+        &reviewed_uid,
+    );
+    assert!(
+        !by_hand.ok,
+        "the approval of {reviewed_uid} landed on {current_uid}"
+    );
+    assert!(
+        by_hand.stderr.contains(&format!(
+            "status.approvedUid {reviewed_uid} must equal metadata.uid {current_uid}"
+        )),
+        "{}",
+        by_hand.stderr
+    );
+    assert!(!s.approved("llama"), "{}", s.attestation("llama"));
+    s.claim_refused("is not approved");
+
+    // `attest approve` shows the object's uid with the spec, and approving what it shows
+    // records that uid.
+    let review = s.gpu_reaper(&s.oncall, &["attest", "approve", &target]);
+    assert!(!review.ok);
+    assert!(
+        review
+            .stderr
+            .contains(&format!("--generation 1 --uid {current_uid}")),
+        "{}",
+        review.stderr
+    );
+    let approve = s.gpu_reaper(
+        &s.oncall,
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--uid",
+            &current_uid,
+        ],
+    );
+    assert!(approve.ok, "{}", approve.stderr);
+    assert_eq!(
+        s.attestation("llama")["status"]["approvedUid"],
+        current_uid.as_str()
     );
 }

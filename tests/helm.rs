@@ -790,36 +790,26 @@ fn the_people_roles_let_teams_write_attestations_and_only_approvers_approve() {
     cleanup.add("namespace", &platform);
     let (release, full, objects) = install_defaults(cluster, &mut cleanup, &system, &team);
     narrow_gate(cluster, &objects, &[&team]);
-    // A team member bound in their namespace; an approver bound cluster-wide. Both are
-    // ServiceAccounts with tokens the API server issued.
-    let binding = format!("{release}-attestation-approvers");
-    cleanup.add("clusterrolebinding", &binding);
+    // A team member bound in their namespace; an approver bound for it. Both are the
+    // testenv's people (client certificates): the webhook takes no ServiceAccount for a
+    // person on either side of an approval (four eyes, docs/security.md).
     cluster.apply(&format!(
         r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: dev, namespace: {team}}}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: oncall, namespace: {platform}}}
----
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: attestation-editors, namespace: {team}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {full}-attestation-editor}}
-subjects: [{{kind: ServiceAccount, name: dev, namespace: {team}}}]
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {binding}}}
+kind: RoleBinding
+metadata: {{name: attestation-approvers, namespace: {team}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {full}-attestation-approver}}
-subjects: [{{kind: ServiceAccount, name: oncall, namespace: {platform}}}]
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: platform-oncall}}]
 "#
     ));
-    let dir = tempfile::tempdir().unwrap();
-    let dev = service_account_kubeconfig(cluster, dir.path(), &team, "dev");
-    let oncall = service_account_kubeconfig(cluster, dir.path(), &platform, "oncall");
+    let dev = cluster.dir.join("alice.kubeconfig");
+    let oncall = cluster.dir.join("approver.kubeconfig");
     let attestation = format!(
         "apiVersion: gpureaper.io/v1alpha1\nkind: ReadinessAttestation\nmetadata: {{name: llama, namespace: {team}}}\nspec:\n  selector: {{matchLabels: {{app: llama}}}}\n  maxGpus: 64\n  expiresAt: \"2099-01-01T00:00:00Z\"\n"
     );
@@ -847,13 +837,28 @@ subjects: [{{kind: ServiceAccount, name: oncall, namespace: {platform}}}]
         "a team cannot approve itself: {text}"
     );
     let target = format!("{team}/llama");
+    let uid = cluster
+        .get("readinessattestation", Some(&team), "llama")
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (ok, text) = run_as(
         BIN,
         &dev,
-        &["attest", "approve", &target, "--generation", "1"],
+        &[
+            "attest",
+            "approve",
+            &target,
+            "--generation",
+            "1",
+            "--uid",
+            &uid,
+        ],
         None,
     );
-    assert!(!ok && text.contains("forbidden"), "{text}");
+    // (refused before any write: she changed the spec last)
+    assert!(!ok && text.contains("who may not approve it"), "{text}");
     let (ok, text) = run_as(
         "kubectl",
         &dev,
@@ -877,6 +882,8 @@ subjects: [{{kind: ServiceAccount, name: oncall, namespace: {platform}}}]
             &target,
             "--generation",
             "1",
+            "--uid",
+            &uid,
             "--approver",
             "oncall",
         ],

@@ -5,7 +5,16 @@
 //! Four eyes (G5): [`mutate`] records in the `gpureaper.io/spec-changed-by` annotation
 //! who created or last changed the spec (the mutating webhook); [`validate`] refuses a
 //! write whose annotation does not say the truth (the mutating webhook did not run, or
-//! someone typed it) and an approval by the user it names.
+//! someone typed it) and an approval by anyone who could have made that change
+//! ([`not_a_second_pair_of_eyes`]).
+//!
+//! Who could have made it is decided from the request alone (invariant 9: no API call
+//! per review): with impersonation (`kubectl --as`) the API server sends the impersonated
+//! identity and keeps no trace of the person behind it (k8s.io/apiserver
+//! `filters/impersonation.go`), and the built-in `edit` role may impersonate every
+//! ServiceAccount of its namespace, mint tokens for them and run pods as them. So a
+//! ServiceAccount is never taken for a person: a spec it changed cannot be approved, and
+//! it cannot approve (docs/security.md, "Who counts as a second pair of eyes").
 
 use jiff::Timestamp;
 
@@ -16,6 +25,48 @@ use super::review::{AdmissionRequest, Operation};
 use crate::api::ReadinessAttestation;
 use crate::api::attestation::APPROVED;
 use crate::api::keys::SPEC_CHANGED_BY;
+
+/// How the API server names a ServiceAccount: `system:serviceaccount:<namespace>:<name>`.
+const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+/// The namespace of a ServiceAccount's username; `None` for anyone else.
+pub fn service_account_namespace(username: &str) -> Option<&str> {
+    let rest = username.strip_prefix(SERVICE_ACCOUNT_PREFIX)?;
+    Some(rest.split_once(':').map_or(rest, |(ns, _)| ns))
+}
+
+/// Why `approver` (the authenticated user writing the approval; `approved_by`, what it
+/// records) is not a second pair of eyes on a spec last changed by `author`, as the
+/// sentence's middle and next step; `None`: they are. `approve` is the command to run,
+/// e.g. `gpu-reaper attest approve team-a/llama --generation 2 --uid …`.
+///
+/// Refused: the author themself (also when named in `approved_by`); a spec a
+/// ServiceAccount changed (whoever may edit its namespace may have acted as it); an
+/// approval written by a ServiceAccount (whoever may edit its namespace, the author
+/// included, may act as it).
+pub fn not_a_second_pair_of_eyes(
+    author: &str,
+    approver: &str,
+    approved_by: Option<&str>,
+    approve: &str,
+) -> Option<String> {
+    if author == approver || approved_by.map(str::trim) == Some(author) {
+        return Some(format!(
+            "was last changed by {author}, who may not approve it (four eyes); ask another approver to review it and run `{approve}`"
+        ));
+    }
+    if let Some(ns) = service_account_namespace(author) {
+        return Some(format!(
+            "was last changed by ServiceAccount {author}, which anyone who may edit namespace {ns} can act as (kubectl --as, a token, a pod), so no approver can be its second pair of eyes (four eyes); a person must make the spec change as themself (kubectl apply with your own credentials), then another person runs `{approve}`"
+        ));
+    }
+    if let Some(ns) = service_account_namespace(approver) {
+        return Some(format!(
+            "cannot be approved by {approver}: approvals are made by people, and anyone who may edit namespace {ns} (the spec's author {author} among them, perhaps) can act as that ServiceAccount (four eyes); approve with your own credentials: `{approve}`"
+        ));
+    }
+    None
+}
 
 fn spec_changed_by(object: &Value) -> Option<&str> {
     object["metadata"]["annotations"][SPEC_CHANGED_BY].as_str()
@@ -124,7 +175,13 @@ pub fn validate(request: &AdmissionRequest, now: Timestamp) -> Decision {
                 .any(|c| c.type_ == APPROVED && c.status == "True")
                 && o.approved_generation == status.approved_generation
                 && o.approved_by == status.approved_by
+                && o.approved_uid == status.approved_uid
         });
+        let approve = format!(
+            "gpu-reaper attest approve {name} --generation {} --uid {}",
+            opt(attestation.metadata.generation),
+            attestation.metadata.uid.as_deref().unwrap_or("(unset)")
+        );
         if approved && !unchanged_approval {
             let approver = request.user_info.username.as_str();
             match spec_changed_by(object) {
@@ -136,21 +193,18 @@ pub fn validate(request: &AdmissionRequest, now: Timestamp) -> Decision {
                         ),
                     );
                 }
-                Some(editor)
-                    if editor == approver
-                        || status.approved_by.as_deref().map(str::trim) == Some(editor) =>
-                {
-                    let mut d = deny(
-                        &name,
-                        format!(
-                            "was last changed by {editor}, who may not approve it (four eyes); ask another approver to review it and run `gpu-reaper attest approve {name} --generation {}`",
-                            opt(attestation.metadata.generation)
-                        ),
-                    );
-                    d.reason = Reason::SelfApproval;
-                    return d;
+                Some(author) => {
+                    if let Some(problem) = not_a_second_pair_of_eyes(
+                        author,
+                        approver,
+                        status.approved_by.as_deref(),
+                        &approve,
+                    ) {
+                        let mut d = deny(&name, problem);
+                        d.reason = Reason::SelfApproval;
+                        return d;
+                    }
                 }
-                Some(_) => {}
             }
         }
         if approved {
@@ -173,6 +227,18 @@ pub fn validate(request: &AdmissionRequest, now: Timestamp) -> Decision {
                         "status.approvedGeneration {} must equal metadata.generation {} when Approved is True, so the approval binds to the spec that was reviewed; approve with `gpu-reaper attest approve {name}`",
                         opt(status.approved_generation),
                         opt(attestation.metadata.generation)
+                    ),
+                );
+            }
+            // The approval binds to this object, not to its name: one deleted and created
+            // again is another object, at generation 1 again.
+            if !unchanged_approval && status.approved_uid != attestation.metadata.uid {
+                return deny(
+                    &name,
+                    format!(
+                        "status.approvedUid {} must equal metadata.uid {} when Approved is True, so the approval binds to the object that was reviewed (one deleted and created again under the same name is another object); review it and run `{approve}`",
+                        status.approved_uid.as_deref().unwrap_or("(unset)"),
+                        attestation.metadata.uid.as_deref().unwrap_or("(unset)")
                     ),
                 );
             }
@@ -249,4 +315,52 @@ pub fn validate(request: &AdmissionRequest, now: Timestamp) -> Decision {
 
 fn opt(v: Option<i64>) -> String {
     v.map_or("(unset)".to_string(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APPROVE: &str = "gpu-reaper attest approve team-a/llama --generation 1 --uid u";
+
+    #[test]
+    fn a_service_account_username_names_its_namespace() {
+        assert_eq!(
+            service_account_namespace("system:serviceaccount:team-a:builder"),
+            Some("team-a")
+        );
+        assert_eq!(service_account_namespace("alice"), None);
+        assert_eq!(service_account_namespace("system:admin"), None);
+    }
+
+    #[test]
+    fn only_a_person_other_than_the_author_is_a_second_pair_of_eyes() {
+        let sa = "system:serviceaccount:team-a:builder";
+        let eyes = |author, approver, approved_by| {
+            not_a_second_pair_of_eyes(author, approver, approved_by, APPROVE)
+        };
+        assert_eq!(eyes("alice", "bob", Some("bob")), None);
+        // The author, under their name or writing it into approvedBy.
+        assert!(
+            eyes("alice", "alice", None)
+                .unwrap()
+                .contains("who may not approve it")
+        );
+        assert!(eyes("alice", "bob", Some(" alice ")).is_some());
+        // A ServiceAccount's spec: whoever may edit team-a may have written it.
+        for approver in ["bob", "system:serviceaccount:ci:deployer"] {
+            let problem = eyes(sa, approver, None).unwrap();
+            assert!(
+                problem.contains("which anyone who may edit namespace team-a can act as"),
+                "{problem}"
+            );
+            assert!(problem.contains(APPROVE), "{problem}");
+        }
+        // A ServiceAccount approving: whoever may edit its namespace may be behind it.
+        let problem = eyes("alice", "system:serviceaccount:team-a:approver-bot", None).unwrap();
+        assert!(
+            problem.contains("approvals are made by people"),
+            "{problem}"
+        );
+    }
 }

@@ -716,6 +716,14 @@ pub fn check_attestation_held(
             current: a.metadata.generation,
         };
     }
+    if let Some(status) = status
+        && !status.approves_object(a.metadata.uid.as_deref())
+    {
+        return Check::OtherObject {
+            approved: status.approved_uid.clone().unwrap_or_default(),
+            current: a.metadata.uid.clone(),
+        };
+    }
     if now >= a.spec.expires_at.0 {
         return Check::Expired {
             at: a.spec.expires_at.0,

@@ -191,6 +191,14 @@ pub fn attestation_failure(s: &Subject, gpus: f64, name: &str, check: &Check) ->
             },
             format!("ask an approver to review the change and run {approve} again"),
         ),
+        Check::OtherObject { approved, current } => (
+            Reason::StaleApproval,
+            format!(
+                "ReadinessAttestation {full} was approved as another object of that name (uid {approved}), not this one (uid {}): it was deleted and created again since",
+                current.as_deref().unwrap_or("unknown")
+            ),
+            format!("ask an approver to review it and run {approve}"),
+        ),
         Check::Expired { at } => (
             Reason::Expired,
             format!("ReadinessAttestation {full} expired on {}", day(*at)),

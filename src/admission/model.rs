@@ -150,6 +150,11 @@ pub enum Check {
         approved: Option<i64>,
         current: Option<i64>,
     },
+    /// Approved as another object of the same name (deleted and created again since).
+    OtherObject {
+        approved: String,
+        current: Option<String>,
+    },
     Expired {
         at: Timestamp,
     },
@@ -170,7 +175,7 @@ impl Check {
     pub(super) fn rank(&self) -> usize {
         match self {
             Check::NotApproved => 0,
-            Check::StaleApproval { .. } => 1,
+            Check::StaleApproval { .. } | Check::OtherObject { .. } => 1,
             Check::Expired { .. } => 2,
             Check::TooFewGpus { .. } => 3,
             Check::LowThroughput { .. } | Check::NoCheckpointing => 4,

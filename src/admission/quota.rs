@@ -163,6 +163,14 @@ pub fn approval_condition(a: &ReadinessAttestation, now: Timestamp) -> Option<Co
                 current.map_or("(unset)".to_string(), |g| g.to_string())
             ),
         )),
+        Check::OtherObject { approved, .. } => Some(condition(
+            APPROVED,
+            false,
+            "OtherObject",
+            format!(
+                "the approval was made for another object of this name (uid {approved}); an approver must review this one and run `gpu-reaper attest approve`"
+            ),
+        )),
         Check::Expired { at } => Some(condition(
             APPROVED,
             false,

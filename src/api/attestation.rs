@@ -120,14 +120,19 @@ pub struct ReadinessAttestationStatus {
     /// The `metadata.generation` that was approved; any later spec edit voids the approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_generation: Option<i64>,
+    /// The `metadata.uid` of the object that was approved. An attestation deleted and
+    /// created again under the same name is another object: an approval of the first
+    /// never counts for the second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_uid: Option<String>,
 }
 
 /// Condition type set by approvers.
 pub const APPROVED: &str = "Approved";
 
 impl ReadinessAttestation {
-    /// Approved for the current spec (invariant 11: approval binds to the generation it
-    /// approved) and not expired at `now`.
+    /// Approved for this object and its current spec (invariant 11: an approval binds to
+    /// the uid and generation it approved) and not expired at `now`.
     pub fn is_valid_at(&self, now: jiff::Timestamp) -> bool {
         let Some(status) = &self.status else {
             return false;
@@ -140,6 +145,19 @@ impl ReadinessAttestation {
             (Some(approved), Some(current)) => approved == current,
             _ => false,
         };
-        approved && generation_matches && now < self.spec.expires_at.0
+        approved
+            && generation_matches
+            && status.approves_object(self.metadata.uid.as_deref())
+            && now < self.spec.expires_at.0
+    }
+}
+
+impl ReadinessAttestationStatus {
+    /// Whether this approval was made for the object with `uid`. An approval that records
+    /// no uid (written before `approvedUid` existed) is taken as this object's: a status
+    /// never outlives its object, so it cannot have come from another one, and the
+    /// webhook refuses every new approval that does not name the object's uid.
+    pub fn approves_object(&self, uid: Option<&str>) -> bool {
+        self.approved_uid.is_none() || self.approved_uid.as_deref() == uid
     }
 }
