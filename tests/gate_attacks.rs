@@ -11,6 +11,9 @@
 //! (`live_` tests): the real API server does the impersonation and the delete-and-create,
 //! and calls the real webhook behind the chart's Service; the people are the testenv's
 //! users `alice` (namespace `edit`) and `platform-oncall` (the chart's approver role).
+//! GPUs reached without asking for them (a device variable, a device hostPath) are
+//! attacked on the real control plane too, as an ordinary `edit` user through the chart's
+//! own webhook configuration.
 
 mod common;
 
@@ -1363,5 +1366,180 @@ fn live_an_approval_binds_to_the_object_reviewed_not_to_its_name() {
     assert_eq!(
         s.attestation("llama")["status"]["approvedUid"],
         current_uid.as_str()
+    );
+}
+
+// --- GPUs reached without asking for them (issue #33, item 5) --------------------------
+
+/// An ordinary user of `namespaces`: a ServiceAccount of the first, bound to the built-in
+/// `edit` ClusterRole in each, acting with a real token.
+fn edit_user(
+    cluster: &common::cluster::Cluster,
+    namespaces: &[&str],
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    cluster.kubectl(
+        &["create", "serviceaccount", "dev", "-n", namespaces[0]],
+        None,
+    );
+    for ns in namespaces {
+        cluster.kubectl(
+            &[
+                "create",
+                "rolebinding",
+                "dev-edit",
+                "-n",
+                ns,
+                "--clusterrole=edit",
+                &format!("--serviceaccount={}:dev", namespaces[0]),
+            ],
+            None,
+        );
+    }
+    common::chart::service_account_kubeconfig(cluster, dir, namespaces[0], "dev")
+}
+
+/// A Deployment of `replicas` pods that set NVIDIA_VISIBLE_DEVICES=all and request no GPU.
+fn peeking_deployment(ns: &str, replicas: u32) -> String {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "peek", "namespace": ns},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "peek"}},
+            "template": {"metadata": {"labels": {"app": "peek"}},
+                "spec": {"containers": [{"name": "main", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}}})
+    .to_string()
+}
+
+/// With the NVIDIA container toolkit's default configuration, 12 pods that set
+/// NVIDIA_VISIBLE_DEVICES=all on 8-GPU nodes reached 96 GPUs that nothing counted. In a
+/// governed namespace `kubectl apply` now refuses them, and a pod mounting /dev/nvidia0,
+/// with one sentence; the namespace next door, which no policy governs, and a pod that
+/// asks for its GPU are not affected.
+#[test]
+fn gpus_reached_through_nvidia_visible_devices_or_a_device_host_path_are_refused_at_apply() {
+    use common::chart::{Cleanup, Gate, render};
+    use common::cluster::{cluster, unique, wait_until};
+
+    let cluster = cluster();
+    cluster.install_crds();
+    let mut cleanup = Cleanup::new(cluster);
+    let system = cluster.namespace("devices-sys", &[]);
+    cleanup.add("namespace", &system);
+    let governed = cluster.namespace("devices", &[]);
+    cleanup.add("namespace", &governed);
+    let free = cluster.namespace("devices-free", &[]);
+    cleanup.add("namespace", &free);
+    let policy = format!("research-{governed}");
+    cluster.apply(&format!(
+        "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {governed}}}}}}}\n  admission: {{largeClaimGpus: 8, mode: Enforce}}\n"
+    ));
+    cleanup.add("gpupolicy", &policy);
+    let release = format!("devices-{}", unique());
+    let values = json!({"controller": {"enabled": false}, "samplePolicy": {"enabled": false},
+        "webhook": {"failurePolicy": "Fail"}});
+    let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
+    let gate = Gate::start(cluster, &objects, &[&governed, &free], &cluster.kubeconfig);
+    cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
+    gate.wait_called(&governed);
+    gate.wait_called(&free);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = edit_user(cluster, &[&governed, &free], dir.path());
+    let dev = |args: &[&str], stdin: &str| {
+        common::cluster::run_with_stdin(
+            std::process::Command::new(cluster.bin("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(args),
+            Some(stdin),
+        )
+    };
+    // The RoleBinding reaches the authorizer's cache a moment after it is created.
+    wait_until("the edit user may create deployments", || {
+        dev(
+            &["auth", "can-i", "create", "deployments", "-n", &governed],
+            "",
+        )
+        .stdout
+        .trim()
+            == "yes"
+    });
+
+    // 12 replicas that see every GPU of their nodes, counted by nothing: refused.
+    let applied = dev(&["apply", "-f", "-"], &peeking_deployment(&governed, 12));
+    assert!(!applied.ok, "admitted: {}", applied.stdout);
+    let sentence = format!(
+        "Deployment {governed}/peek asks for GPU devices through NVIDIA_VISIBLE_DEVICES=all in container \"main\" of its pods without requesting nvidia.com/gpu: request the GPUs as resources (limits: nvidia.com/gpu: N) so they are counted, or remove the variable; cluster admins should also set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA container toolkit (docs/security.md)."
+    );
+    assert!(
+        applied
+            .stderr
+            .contains("admission webhook \"budget-gate.gpureaper.io\" denied the request")
+            && applied.stderr.contains(&sentence),
+        "{}",
+        applied.stderr
+    );
+    assert!(cluster.get("deployment", Some(&governed), "peek").is_none());
+
+    // A bare pod mounting a GPU's device node from the host: refused.
+    let host_path = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "node-gpu", "namespace": governed},
+        "spec": {"volumes": [{"name": "gpu", "hostPath": {"path": "/dev/nvidia0", "type": "CharDevice"}}],
+            "containers": [{"name": "main", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                "volumeMounts": [{"name": "gpu", "mountPath": "/dev/nvidia0"}]}]}})
+    .to_string();
+    let applied = dev(&["apply", "-f", "-"], &host_path);
+    assert!(!applied.ok, "admitted: {}", applied.stdout);
+    assert!(
+        applied.stderr.contains(&format!(
+            "Pod {governed}/node-gpu asks for GPU devices through hostPath volume \"gpu\" (/dev/nvidia0) in container \"main\" without requesting nvidia.com/gpu: request the GPUs as resources (limits: nvidia.com/gpu: N) so they are counted, or remove the volume"
+        )),
+        "{}",
+        applied.stderr
+    );
+    assert!(cluster.get("pod", Some(&governed), "node-gpu").is_none());
+
+    // The variable in a bare pod's init container reaches the gate through the chart's
+    // matchConditions too.
+    let init = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "init-peek", "namespace": governed},
+        "spec": {"initContainers": [{"name": "warmup", "image": "busybox",
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1,2,3"}]}],
+            "containers": [{"name": "main", "image": "busybox"}]}})
+    .to_string();
+    let applied = dev(&["apply", "-f", "-"], &init);
+    assert!(
+        !applied.ok
+            && applied
+                .stderr
+                .contains("NVIDIA_VISIBLE_DEVICES=0,1,2,3 in init container \"warmup\""),
+        "{} {}",
+        applied.stdout,
+        applied.stderr
+    );
+
+    // A pod that asks for its GPU is counted and admitted, as before.
+    let counted = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "counted", "namespace": governed},
+        "spec": {"containers": [{"name": "main", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    .to_string();
+    let applied = dev(&["apply", "-f", "-"], &counted);
+    assert!(applied.ok, "{}", applied.stderr);
+
+    // A namespace no admission policy governs is not affected.
+    let applied = dev(&["apply", "-f", "-"], &peeking_deployment(&free, 1));
+    assert!(applied.ok, "{}", applied.stderr);
+    assert!(
+        applied.stderr.is_empty(),
+        "no warning either: {}",
+        applied.stderr
+    );
+    cluster.kubectl(
+        &["delete", "deployment", "peek", "-n", &free, "--wait=false"],
+        None,
+    );
+    cluster.kubectl(
+        &["delete", "pod", "counted", "-n", &governed, "--wait=false"],
+        None,
     );
 }

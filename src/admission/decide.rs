@@ -7,6 +7,9 @@
 //!
 //! Order of the rules for a write: not a GPU claim → allow; a pod, ReplicaSet or Job a
 //! listed controller made for a gated owner → allow; no policy → allow; an update that
+//! adds a way for a container to reach GPU devices without requesting them (a device
+//! variable, a device hostPath, a privileged container: `gpus::DeviceGrant`) → deny (in
+//! `Warn`, a warning and the claim is judged on); an update that
 //! does not raise the GPU count → allow; an open-ended claim (no bound the gate can see)
 //! → deny; the namespace's GPUs held plus the claim above what it may hold (the
 //! unattested allowance plus every approved, unexpired attestation, G1) → deny; the claim
@@ -256,8 +259,14 @@ pub fn admit(
     if request.sub_resource.as_deref() == Some("scale") {
         return admit_scale(request, snapshot, now);
     }
-    // Other subresources (status, binding, ephemeral containers) carry no GPU requests.
-    if request.sub_resource.is_some() {
+    // Other subresources (status, binding) carry no GPU requests. Ephemeral containers
+    // (`kubectl debug`) request none either, but may reach devices: their write is the
+    // whole pod, judged like an update of it.
+    if request
+        .sub_resource
+        .as_deref()
+        .is_some_and(|s| s != "ephemeralcontainers")
+    {
         return Decision::allow(Reason::NotAClaim);
     }
     let Some(object) = &request.object else {
@@ -324,7 +333,28 @@ pub fn admit(
         }
         _ => None,
     };
+    // Devices reached around the count: only what this write adds (an update that keeps
+    // what the object had, such as a label edit or the garbage collector's, goes in).
+    let new_grants: Vec<&gpus::DeviceGrant> = claim
+        .device_grants
+        .iter()
+        .filter(|g| before.as_ref().is_none_or(|b| !b.device_grants.contains(g)))
+        .collect();
+    let devices = new_grants
+        .first()
+        .map(|g| message::uncounted_devices(&gate.subject(), g, new_grants.len() - 1));
     let mut warnings = Vec::new();
+    if let Some(text) = &devices
+        && gate.rules.mode == AdmissionMode::Enforce
+    {
+        return gate.finish(
+            Reason::UncountedDevices,
+            text.clone(),
+            Some(claim.gpus),
+            None,
+            warnings,
+        );
+    }
     if !claim.unresolved_claim_templates.is_empty() {
         warnings.push(message::unresolved_templates(
             &gate.subject(),
@@ -337,7 +367,18 @@ pub fn admit(
             &claim.unresolved_claims,
         ));
     }
-    gate.judge(&claim, before.as_ref(), warnings, snapshot, now)
+    let mut decision = gate.judge(&claim, before.as_ref(), warnings, snapshot, now);
+    // Warn mode: the devices are a warning, and the claim is still judged in full.
+    if let Some(text) = devices {
+        if decision.verdict == Verdict::Allow {
+            decision.verdict = Verdict::Warn;
+            decision.reason = Reason::UncountedDevices;
+            decision.message = Some(text);
+        } else {
+            decision.warnings.push(text);
+        }
+    }
+    decision
 }
 
 fn without_owners(object: &Value) -> Value {
@@ -395,6 +436,7 @@ fn admit_scale(request: &AdmissionRequest, snapshot: &Snapshot, now: Timestamp) 
                 named_claim_gpus: 0.0,
                 unresolved_claims: Vec::new(),
                 open_ended: None,
+                device_grants: Vec::new(),
             };
             (claim(new), old.map(claim))
         }
@@ -410,6 +452,7 @@ fn admit_scale(request: &AdmissionRequest, snapshot: &Snapshot, now: Timestamp) 
                     "the GPU budget gate has not seen {} {}/{name}, so it cannot count what {new} replicas claim; try again in a few seconds",
                     resource.resource, request.namespace
                 )),
+                device_grants: Vec::new(),
             },
             None,
         ),
@@ -762,3 +805,7 @@ fn workload_name<'a>(request: &'a AdmissionRequest, object: &'a Value) -> &'a st
         .or_else(|| object["metadata"]["generateName"].as_str())
         .unwrap_or("<unnamed>")
 }
+
+#[cfg(test)]
+#[path = "decide_devices_tests.rs"]
+mod devices_tests;

@@ -4,10 +4,13 @@
 use jiff::Timestamp;
 
 use super::model::{Check, Reason};
-use crate::gpus::CountError;
+use crate::gpus::{CountError, DeviceGrant, Route, Vendor};
 
 /// Where the budget-gate documentation lives, named in every denial.
 pub const DOCS: &str = "docs/budget-gate.md";
+
+/// Where the node settings that close what the gate cannot see are documented.
+pub const SECURITY_DOCS: &str = "docs/security.md";
 
 /// The workload a message is about.
 pub struct Subject<'a> {
@@ -67,6 +70,50 @@ pub fn unreadable(s: &Subject, e: &CountError) -> String {
         "{} cannot be checked by the GPU budget gate of GpuPolicy {:?} because {e}; fix that field and apply again.",
         s.who(),
         s.policy
+    )
+}
+
+/// A container that reaches GPU devices without requesting them (the first of
+/// `1 + more` such places in the object).
+pub fn uncounted_devices(s: &Subject, grant: &DeviceGrant, more: usize) -> String {
+    let wanted = match grant.vendor {
+        Vendor::Any => "a GPU resource".to_string(),
+        vendor => vendor.resource().to_string(),
+    };
+    let limits = match grant.vendor {
+        Vendor::Any => "limits: nvidia.com/gpu: N, or your GPUs' resource".to_string(),
+        vendor => format!("limits: {}: N", vendor.resource()),
+    };
+    let (remove, admins) = match &grant.route {
+        Route::Variable { name, .. } if name == "NVIDIA_VISIBLE_DEVICES" => (
+            "remove the variable",
+            "; cluster admins should also set accept-nvidia-visible-devices-envvar-when-unprivileged = false in the NVIDIA container toolkit",
+        ),
+        Route::Variable { .. } => (
+            "remove the variable",
+            "; cluster admins should also keep amd-container-runtime from being the nodes' default runtime",
+        ),
+        Route::HostPath { .. } => (
+            "remove the volume",
+            "; Pod Security's baseline level forbids hostPath volumes",
+        ),
+        Route::DeviceListMount { .. } => ("remove the mount", ""),
+        Route::Privileged => (
+            "drop privileged",
+            "; Pod Security's baseline level forbids privileged containers",
+        ),
+    };
+    let of = if s.kind == "Pod" { "" } else { " of its pods" };
+    let others = match more {
+        0 => String::new(),
+        1 => " (and 1 more place)".to_string(),
+        n => format!(" (and {n} more places)"),
+    };
+    format!(
+        "{} asks for GPU devices through {} in {}{of}{others} without requesting {wanted}: request the GPUs as resources ({limits}) so they are counted, or {remove}{admins} ({SECURITY_DOCS}).",
+        s.who(),
+        grant.route,
+        grant.container,
     )
 }
 

@@ -42,6 +42,10 @@ pub enum Reason {
     SelfApproval,
     /// The object cannot be read (a field of the wrong type).
     Unreadable,
+    /// A container reaches GPU devices without requesting them as resources (a device
+    /// variable such as `NVIDIA_VISIBLE_DEVICES`, a device hostPath, NVIDIA's device-list
+    /// mount, a privileged container), so no count would see them.
+    UncountedDevices,
     /// A ReadinessAttestation write that is valid.
     AttestationValid,
     /// A ReadinessAttestation write that breaks a rule CEL cannot express.
@@ -69,6 +73,7 @@ impl Reason {
             Reason::OpenEnded => "open_ended",
             Reason::SelfApproval => "self_approval",
             Reason::Unreadable => "unreadable",
+            Reason::UncountedDevices => "uncounted_devices",
             Reason::AttestationValid => "attestation_valid",
             Reason::AttestationInvalid => "attestation_invalid",
         }

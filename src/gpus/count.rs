@@ -99,6 +99,7 @@ pub fn count(
         named_claims: HashSet::new(),
         named_claim_gpus: 0.0,
         open_ended: None,
+        device_grants: Vec::new(),
     };
     let own_labels = labels_of(obj, "")?;
     tally.label_sets.push(own_labels);
@@ -342,6 +343,7 @@ pub(super) fn uncountable(
             "the GPU budget gate cannot count the pods a {kind} ({}) runs",
             if group.is_empty() { "core" } else { group }
         )),
+        device_grants: Vec::new(),
     }))
 }
 

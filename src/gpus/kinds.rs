@@ -174,6 +174,14 @@ pub(super) fn train_job(tally: &mut Tally, spec: &Map<String, Value>) -> Result<
         );
         return Ok(());
     };
+    let grants = super::devices::loose_container_grants(
+        tally.ctx,
+        trainer,
+        "spec.trainer",
+        "the trainer",
+        "resourcesPerNode",
+    )?;
+    tally.device_grants.extend(grants);
     let nodes = opt_count(trainer, "numNodes", "spec.trainer")?.unwrap_or(1);
     let g = match opt_object(trainer, "resourcesPerNode", "spec.trainer")? {
         Some(res) => resources_gpus(tally.ctx, res, "spec.trainer.resourcesPerNode")?,
@@ -221,6 +229,30 @@ pub(super) fn inference_service(
         children.sort_by(|a, b| a.0.cmp(b.0));
         for (key, child) in children {
             shorthand += container_gpus(tally.ctx, child, &join(&path, key))?;
+        }
+        // The shorthand is a container of the predictor's pod, whether or not it names
+        // resources: its variables reach devices like a container's.
+        let mut shorthands: Vec<(&String, &Map<String, Value>)> = c
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "containers" | "initContainers" | "workerSpec" | "labels" | "annotations"
+                )
+            })
+            .filter_map(|(k, v)| Some((k, v.as_object()?)))
+            .filter(|(_, o)| o.contains_key("env"))
+            .collect();
+        shorthands.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, child) in shorthands {
+            let grants = super::devices::loose_container_grants(
+                tally.ctx,
+                child,
+                &join(&path, key),
+                &format!("container {key:?}"),
+                "resources",
+            )?;
+            tally.device_grants.extend(grants);
         }
         let component_value = spec.get(component).unwrap_or(&Value::Null);
         let head = tally.pod_spec(Some(component_value), &path, shorthand)?;

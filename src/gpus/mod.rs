@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 mod count;
+mod devices;
 mod fields;
 mod kinds;
 mod pod;
@@ -31,6 +32,7 @@ mod tests;
 mod tests_objects;
 
 pub use count::{claim_template_gpus, count, pod_object_gpus, pod_spec_gpus};
+pub use devices::{DeviceGrant, Route, Vendor, device_path_vendor};
 pub use quantity::quantity_units;
 
 /// The GPU resources every part of gpu-reaper counts by default: the binary's flags, the
@@ -219,6 +221,10 @@ pub struct Claim {
     /// DaemonSet on an unknown number of nodes, a CronJob whose runs may overlap, a kind
     /// the gate cannot count). Such a claim is above every allowance: fail closed.
     pub open_ended: Option<String>,
+    /// Containers of its pods that reach GPU devices without requesting them as
+    /// resources (a device variable, a device hostPath, NVIDIA's device-list mount, a
+    /// privileged container), in the order they appear; see [`DeviceGrant`].
+    pub device_grants: Vec<DeviceGrant>,
 }
 
 /// A field of the object that cannot be read. Display: `<path>: <problem>`, e.g.

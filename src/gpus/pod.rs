@@ -97,6 +97,7 @@ pub(super) struct PodCount {
     pub(super) unresolved_templates: Vec<String>,
     pub(super) named_claims: Vec<(String, f64)>,
     pub(super) unresolved_claims: Vec<String>,
+    pub(super) device_grants: Vec<DeviceGrant>,
 }
 
 pub(super) fn pod_gpus_detailed(
@@ -110,11 +111,13 @@ pub(super) fn pod_gpus_detailed(
         unresolved_templates: Vec::new(),
         named_claims: Vec::new(),
         unresolved_claims: Vec::new(),
+        device_grants: Vec::new(),
     };
     if spec.is_null() {
         return Ok(out);
     }
     let spec = object_at(spec, path)?;
+    out.device_grants = super::devices::pod_device_grants(ctx, spec, path)?;
     let mut main = extra;
     for (i, c) in opt_list(spec, "containers", path)?
         .into_iter()
@@ -327,6 +330,7 @@ impl Tally<'_> {
                 self.unresolved_claims.push(name);
             }
         }
+        self.device_grants.extend(pod.device_grants);
         for (name, g) in pod.named_claims {
             if self.named_claims.insert(name.clone()) {
                 self.named_claim_gpus += g;

@@ -34,6 +34,7 @@ pub(super) struct Tally<'a> {
     pub(super) named_claims: HashSet<String>,
     pub(super) named_claim_gpus: f64,
     pub(super) open_ended: Option<String>,
+    pub(super) device_grants: Vec<DeviceGrant>,
 }
 
 impl Tally<'_> {
@@ -74,6 +75,7 @@ impl Tally<'_> {
             named_claim_gpus: self.named_claim_gpus.min(self.gpus),
             unresolved_claims: self.unresolved_claims,
             open_ended: self.open_ended,
+            device_grants: self.device_grants,
         }))
     }
 }
