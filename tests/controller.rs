@@ -1126,51 +1126,48 @@ async fn explain_tells_what_the_controller_will_do_and_when_and_it_does_it_then(
 }
 
 /// The GpuPolicy CRD as a newer gpu-reaper might install it: `spec.action.type` also
-/// allows `Hibernate`, which this gpu-reaper does not know. On drop, `policy` is deleted
-/// and the committed CRD put back. Tests running meanwhile are unaffected: an added enum
-/// value is backward compatible.
-struct NewerCrd {
-    cluster: &'static common::cluster::Cluster,
-    policy: String,
+/// allows `Hibernate`, which this gpu-reaper does not know.
+fn newer_crd() -> String {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["action"]["properties"]["type"]["enum"]
+        .as_array_mut()
+        .expect("action.type is an enum in the CRD")
+        .push("Hibernate".into());
+    crd.to_string()
 }
 
-impl NewerCrd {
-    fn manifest() -> String {
-        use kube::CustomResourceExt;
-        let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
-        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-            ["action"]["properties"]["type"]["enum"]
-            .as_array_mut()
-            .expect("action.type is an enum in the CRD")
-            .push("Hibernate".into());
-        crd.to_string()
-    }
+/// Puts the committed CRDs back when dropped (also when the test fails half-way).
+struct CommittedCrds(&'static common::cluster::Cluster);
 
-    /// Installs the newer CRD; again on every call (another test binary may have put the
-    /// committed one back meanwhile).
-    fn install(&self) {
-        self.cluster.kubectl(
-            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-            Some(&Self::manifest()),
-        );
-    }
-}
-
-impl Drop for NewerCrd {
+impl Drop for CommittedCrds {
     fn drop(&mut self) {
-        let _ = self.cluster.try_kubectl(
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
+        let _ = self.0.try_kubectl(
+            &["apply", "--server-side", "--force-conflicts", "-f", crds],
+            None,
+        );
+        // Served again (kubectl waits out the API server's 429 while it re-initializes).
+        wait_until("GpuPolicies to be served again", || {
+            self.0.try_kubectl(&["get", "gpupolicies"], None).ok
+        });
+    }
+}
+
+/// Deletes a GpuPolicy when dropped.
+struct DeletePolicy(&'static common::cluster::Cluster, String);
+
+impl Drop for DeletePolicy {
+    fn drop(&mut self) {
+        let _ = self.0.try_kubectl(
             &[
                 "delete",
                 "gpupolicy",
-                &self.policy,
+                &self.1,
                 "--ignore-not-found",
                 "--wait=false",
             ],
-            None,
-        );
-        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
-        let _ = self.cluster.try_kubectl(
-            &["apply", "--server-side", "--force-conflicts", "-f", crds],
             None,
         );
     }
@@ -1198,22 +1195,47 @@ fn http_body(port: u16, path: &str) -> String {
 /// priority, so the normal policy does not take it over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_policies_go_on() {
+    // Written while a newer CRD is installed, which is then put back (objects already
+    // stored are kept as they are). No other test of this binary runs meanwhile: the API
+    // server re-initializes the GpuPolicy storage after each CRD change.
+    let cluster = cluster();
+    cluster.install_crds();
+    let newer = format!("newer-{}", common::cluster::unique());
+    let _delete = DeletePolicy(cluster, newer.clone());
+    common::scenario::with_crd_change(|| {
+        let _committed = CommittedCrds(cluster);
+        let manifest = format!(
+            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {newer}}}\nspec:\n  action: {{type: Hibernate, after: 60m}}\n"
+        );
+        wait_until("the newer CRD to admit action.type Hibernate", || {
+            cluster.kubectl(
+                &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+                Some(&newer_crd()),
+            );
+            cluster
+                .try_kubectl(&["apply", "-f", "-"], Some(&manifest))
+                .ok
+        });
+    });
     let s = setup("newer", "Enforce");
     let ns = s.ns.clone();
-    let newer = format!("{ns}-newer");
-    let crd = NewerCrd {
-        cluster: s.cluster,
-        policy: newer.clone(),
-    };
-    let manifest = format!(
-        "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {newer}, labels: {{gpureaper.io/test: {ns}}}}}\nspec:\n  priority: 10\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}, kinds: [Job]}}\n  action: {{type: Hibernate, after: 60m}}\n"
-    );
-    wait_until("the newer CRD to admit action.type Hibernate", || {
-        crd.install();
-        s.cluster
-            .try_kubectl(&["apply", "-f", "-"], Some(&manifest))
-            .ok
-    });
+    // Aimed at this scenario under the committed CRD: the API server lets an update keep
+    // a value the schema no longer allows (validation ratcheting).
+    s.kubectl(&[
+        "patch",
+        "gpupolicy",
+        &newer,
+        "--type",
+        "merge",
+        "-p",
+        &json!({
+            "metadata": {"labels": {"gpureaper.io/test": ns}},
+            "spec": {"priority": 10, "match": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "kinds": ["Job"]}},
+        })
+        .to_string(),
+    ]);
 
     // The running controller: its watches sync and it gets ready; its first cycle warns.
     let port = common::free_port();
@@ -1291,7 +1313,6 @@ async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_poli
             .contains(&format!("{ns}/Job/train (by {newer})")),
         "{status}"
     );
-    drop(crd);
 }
 
 // The stages in-process: the same scenarios, run through `Context::test` and
