@@ -1125,6 +1125,196 @@ async fn explain_tells_what_the_controller_will_do_and_when_and_it_does_it_then(
     }
 }
 
+/// The GpuPolicy CRD as a newer gpu-reaper might install it: `spec.action.type` also
+/// allows `Hibernate`, which this gpu-reaper does not know.
+fn newer_crd() -> String {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["action"]["properties"]["type"]["enum"]
+        .as_array_mut()
+        .expect("action.type is an enum in the CRD")
+        .push("Hibernate".into());
+    crd.to_string()
+}
+
+/// Puts the committed CRDs back when dropped (also when the test fails half-way).
+struct CommittedCrds(&'static common::cluster::Cluster);
+
+impl Drop for CommittedCrds {
+    fn drop(&mut self) {
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
+        let _ = self.0.try_kubectl(
+            &["apply", "--server-side", "--force-conflicts", "-f", crds],
+            None,
+        );
+        // Served again (kubectl waits out the API server's 429 while it re-initializes).
+        wait_until("GpuPolicies to be served again", || {
+            self.0.try_kubectl(&["get", "gpupolicies"], None).ok
+        });
+    }
+}
+
+/// Deletes a GpuPolicy when dropped.
+struct DeletePolicy(&'static common::cluster::Cluster, String);
+
+impl Drop for DeletePolicy {
+    fn drop(&mut self) {
+        let _ = self.0.try_kubectl(
+            &[
+                "delete",
+                "gpupolicy",
+                &self.1,
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+            None,
+        );
+    }
+}
+
+/// GET `path` on 127.0.0.1:`port`; the body.
+fn http_body(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map_or(out.clone(), |(_, body)| body.to_string())
+}
+
+/// Issue #35: one GpuPolicy written under a newer CRD (an `action.type` this gpu-reaper
+/// does not know) is set aside — an Event on it naming the field, the value and the fix,
+/// Degraded in its status, the gauge — while the normal policy beside it still warns
+/// (the running controller, through its watches: it gets ready) and acts (`--once`,
+/// through a listing). The newer policy still wins the Job it matches at a higher
+/// priority, so the normal policy does not take it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_policies_go_on() {
+    // Written while a newer CRD is installed, which is then put back (objects already
+    // stored are kept as they are). No other test of this binary runs meanwhile: the API
+    // server re-initializes the GpuPolicy storage after each CRD change.
+    let cluster = cluster();
+    cluster.install_crds();
+    let newer = format!("newer-{}", common::cluster::unique());
+    let _delete = DeletePolicy(cluster, newer.clone());
+    common::scenario::with_crd_change(|| {
+        let _committed = CommittedCrds(cluster);
+        let manifest = format!(
+            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {newer}}}\nspec:\n  action: {{type: Hibernate, after: 60m}}\n"
+        );
+        wait_until("the newer CRD to admit action.type Hibernate", || {
+            cluster.kubectl(
+                &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+                Some(&newer_crd()),
+            );
+            cluster
+                .try_kubectl(&["apply", "-f", "-"], Some(&manifest))
+                .ok
+        });
+    });
+    let s = setup("newer", "Enforce");
+    let ns = s.ns.clone();
+    // Aimed at this scenario under the committed CRD: the API server lets an update keep
+    // a value the schema no longer allows (validation ratcheting).
+    s.kubectl(&[
+        "patch",
+        "gpupolicy",
+        &newer,
+        "--type",
+        "merge",
+        "-p",
+        &json!({
+            "metadata": {"labels": {"gpureaper.io/test": ns}},
+            "spec": {"priority": 10, "match": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "kinds": ["Job"]}},
+        })
+        .to_string(),
+    ]);
+
+    // The running controller: its watches sync and it gets ready; its first cycle warns.
+    let port = common::free_port();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["controller", "--interval", "1h", "--now", &s.at(95)])
+        .args(s.controller_args("a", "15s"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until(
+        "the controller to get ready beside an unreadable policy",
+        || common::http_ok(port, "/readyz"),
+    );
+    wait_until("the warning on chat", || {
+        s.deployment("chat")["metadata"]["annotations"]["gpureaper.io/warned-at"] == s.at(95)
+    });
+    let metrics = http_body(port, "/metrics");
+    assert!(
+        metrics.contains("gpu_reaper_unreadable_objects{kind=\"GpuPolicy\"} 1"),
+        "{metrics}"
+    );
+    child.kill().await.unwrap();
+
+    // One cycle of `--once` (a listing): the normal policy acts.
+    let (ok, log) = s.cycle(125, "a").await;
+    assert!(ok, "{log}");
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0, "{log}");
+    assert!(log.contains("GpuPolicy not evaluated"), "{log}");
+
+    // The Event on the newer policy (cluster-scoped: its Events are in `default`).
+    let fix = "spec.action.type: unknown value \"Hibernate\" (this gpu-reaper knows ScaleToZero, Suspend, Evict, None): upgrade gpu-reaper or change the value";
+    let events: Vec<(String, String)> = s
+        .cluster
+        .list("events", "default", None)
+        .into_iter()
+        .filter(|e| {
+            e["involvedObject"]["name"] == newer.as_str()
+                && e["involvedObject"]["kind"] == "GpuPolicy"
+                && e["reportingComponent"] == "gpu-reaper"
+        })
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or("").to_string(),
+                e["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "Unreadable" && note.contains(fix)),
+        "{events:?}"
+    );
+    // Its status: Degraded, not Ready.
+    let status = s.cluster.get("gpupolicy", None, &newer).unwrap()["status"].clone();
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "Unreadable", "{status}");
+    assert_eq!(degraded["message"], fix, "{status}");
+    assert_eq!(condition(&status, "Ready")["status"], "False", "{status}");
+
+    // The normal policy: evaluated and Ready; the Job stays the newer policy's.
+    let status = s.policy_status();
+    assert_eq!(condition(&status, "Ready")["status"], "True", "{status}");
+    assert_eq!(status["workloads"]["governed"], 2, "{status}");
+    let overlapping = condition(&status, "Overlapping");
+    assert!(
+        overlapping["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{ns}/Job/train (by {newer})")),
+        "{status}"
+    );
+}
+
 // The stages in-process: the same scenarios, run through `Context::test` and
 // `cycle::evaluate` against the same control plane and Prometheus (no binary), so a
 // test can keep one `Memory` between cycles, read the metrics, or take the Lease away

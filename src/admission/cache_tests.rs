@@ -81,6 +81,40 @@ fn a_policy_that_becomes_unreadable_keeps_its_last_readable_version() {
     assert_eq!(fold.items().count(), 1);
 }
 
+/// An `action.type` from a newer CRD does not concern admission: the gate reads the
+/// policy and applies its rules. `admission.mode` has no fallback: an unknown mode leaves
+/// the last readable version in force, so the gate never guesses looser.
+#[test]
+fn a_new_action_type_does_not_blind_the_gate_and_an_unknown_admission_mode_keeps_the_last_version()
+{
+    let policy = |action: &str, mode: &str| {
+        dynamic(json!({
+            "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"action": {"type": action},
+                     "admission": {"largeClaimGpus": 8, "mode": mode}},
+        }))
+    };
+    let read = |o: &DynamicObject| read_typed::<GpuPolicy>(o).map(|p| Some(Arc::new(p)));
+    let mut fold = Fold::new(true);
+    fold.apply(Event::Init, &read);
+    fold.apply(Event::InitApply(policy("Hibernate", "Enforce")), &read);
+    fold.apply(Event::InitDone, &read);
+    assert!(fold.skipped.is_empty(), "{:?}", fold.skipped);
+    let (_, kept) = fold.items().next().unwrap();
+    assert_eq!(
+        kept.spec.admission.as_ref().unwrap().mode,
+        crate::api::policy::AdmissionMode::Enforce
+    );
+    fold.apply(Event::Apply(policy("Hibernate", "Quarantine")), &read);
+    assert_eq!(fold.skipped.len(), 1);
+    let (_, kept) = fold.items().next().unwrap();
+    assert_eq!(
+        kept.spec.admission.as_ref().unwrap().mode,
+        crate::api::policy::AdmissionMode::Enforce
+    );
+}
+
 #[test]
 fn pods_claims_and_nodes_are_kept_as_the_gate_needs_them() {
     let r = GpuResources::default();

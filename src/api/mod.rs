@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod keys;
 pub mod policy;
 pub mod selector;
+pub mod unknown;
 pub mod validate;
 
 pub use attestation::{ReadinessAttestation, ReadinessAttestationSpec, ReadinessAttestationStatus};

@@ -141,6 +141,12 @@ pub enum PolicyMode {
     Audit,
     /// Warn, then act.
     Enforce,
+    // A value a newer gpu-reaper (or CRD) knows and this one does not: read, so one such
+    // policy is not fatal, and refused when used (`GpuPolicySpec::unknown_values`). Not
+    // in the CRD's enum.
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// Which workloads a policy governs. All given conditions must hold.
@@ -242,6 +248,10 @@ pub enum Signal {
     EngineActive,
     /// DCGM_FI_DEV_GPU_UTIL / 100 only.
     GpuUtil,
+    // Unknown to this gpu-reaper: refused when used (see `PolicyMode::Unknown`).
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// Meaning of a telemetry gap.
@@ -252,6 +262,10 @@ pub enum MissingTelemetry {
     Ignore,
     /// Treat a GPU without telemetry as idle.
     TreatAsIdle,
+    // Unknown to this gpu-reaper: refused when used (see `PolicyMode::Unknown`).
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// When and how to warn.
@@ -287,6 +301,10 @@ pub enum Channel {
     Slack,
     /// Email to the owner.
     Email,
+    // Unknown to this gpu-reaper: refused when used (see `PolicyMode::Unknown`).
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// What to do with a workload that stays idle.
@@ -333,6 +351,10 @@ pub enum ActionType {
     Evict,
     /// Warn only.
     None,
+    // Unknown to this gpu-reaper: refused when used (see `PolicyMode::Unknown`).
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// Limits on user opt-outs.

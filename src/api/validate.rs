@@ -251,6 +251,7 @@ fn top_level_field(msg: &str) -> Option<&str> {
 
 /// Keys in `raw` that the CRD schema does not define are fields gpu-reaper does not know
 /// (typos such as `treshold`): the API server would silently prune them, so say so here.
+/// Also values outside a schema `enum` (`action: {type: Hibernate}`).
 fn unknown_fields(raw: &Value, schema: &Value, path: &str, out: &mut Vec<FieldProblem>) {
     match raw {
         Value::Object(fields) => {
@@ -292,6 +293,19 @@ fn unknown_fields(raw: &Value, schema: &Value, path: &str, out: &mut Vec<FieldPr
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
                     unknown_fields(item, item_schema, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        // The Rust enums read a value they do not know as `Unknown` (so one policy from a
+        // newer CRD is not fatal to the controller); a file must still name a known one.
+        Value::String(value) => {
+            if let Some(known) = schema.get("enum").and_then(Value::as_array) {
+                let known: Vec<&str> = known.iter().filter_map(Value::as_str).collect();
+                if !known.contains(&value.as_str()) {
+                    out.push(FieldProblem {
+                        field: path.to_string(),
+                        message: super::unknown::unknown_value_message(value, &known),
+                    });
                 }
             }
         }
@@ -346,6 +360,23 @@ spec:
     fn a_threshold_above_one_is_rejected_naming_the_field() {
         let p = problems(&GOOD.replace("threshold: 0.05", "threshold: 5"));
         assert!(p.iter().any(|p| p.field == "spec.idle.threshold"), "{p:?}");
+    }
+
+    #[test]
+    fn a_value_this_gpu_reaper_does_not_know_is_refused_naming_the_field_and_the_known_ones() {
+        let p = problems(&GOOD.replace("type: ScaleToZero", "type: Hibernate"));
+        assert_eq!(
+            p,
+            [FieldProblem {
+                field: "spec.action.type".into(),
+                message: "unknown value \"Hibernate\" (this gpu-reaper knows ScaleToZero, Suspend, Evict, None): upgrade gpu-reaper or change the value".into(),
+            }]
+        );
+        let p = problems(&GOOD.replace(
+            "warn: {after: 30m}",
+            "warn: {after: 30m, channels: [Event, Teams]}",
+        ));
+        assert_eq!(p[0].field, "spec.warn.channels[1]", "{p:?}");
     }
 
     #[test]

@@ -233,6 +233,10 @@ pub async fn act(
         ActionType::Suspend => suspend(client, root, now).await,
         ActionType::Evict => evict(client, root, pods, now).await,
         ActionType::None => Ok(Outcome::AlreadyDone("the policy only warns".into())),
+        // Never reached: a policy with an unknown action is refused before it is used.
+        ActionType::Unknown => Ok(Outcome::AlreadyDone(
+            "the policy's action.type is unknown to this gpu-reaper: nothing was done".into(),
+        )),
     }
 }
 

@@ -4,7 +4,9 @@
 //! namespaced kind with a `/scale` subresource and the KServe LLMInferenceService —
 //! GpuPolicies, namespace metadata, and the DRA ResourceClaimTemplates and ResourceClaims
 //! (spec only) that pods' GPUs come from. A cycle reads the stores instead of listing; a
-//! GpuPolicy change wakes the loop early.
+//! GpuPolicy change wakes the loop early. GpuPolicies are watched untyped and read one
+//! at a time when a cycle reads the store (`policies::read_all`): one that does not fit
+//! the Rust types can neither fail the watch's list nor keep `wait_synced` waiting.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
+use super::policies::{self, Policies};
 use crate::api::GpuPolicy;
 use crate::cluster::discovery;
 use crate::cluster::inventory::{self, ClaimGpus, ObjectInfo, ObjectKey, PodInfo};
@@ -29,7 +32,8 @@ use crate::gpus::GpuResources;
 pub struct Caches {
     pods: Store<StoredPod>,
     owners: Vec<(ApiResource, Store<PartialObjectMeta<DynamicObject>>)>,
-    policies: Store<GpuPolicy>,
+    /// GpuPolicies as the API server sent them, read by each cycle.
+    policies: Store<DynamicObject>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     /// DRA claim templates, when resource.k8s.io/v1 is served.
     templates: Option<Store<ResourceClaimTemplate>>,
@@ -222,7 +226,7 @@ impl k8s_openapi::Metadata for StoredPod {
 /// no spec changed.
 fn policy_spec_changed(
     generations: &mut HashMap<String, Option<i64>>,
-    event: &watcher::Event<GpuPolicy>,
+    event: &watcher::Event<DynamicObject>,
 ) -> bool {
     use kube::ResourceExt as _;
     match event {
@@ -291,11 +295,13 @@ impl Caches {
         }
 
         let policy_changed = Arc::new(Notify::new());
-        let (policies, writer) = reflector::store();
+        let policy_resource = ApiResource::erase::<GpuPolicy>(&());
+        let writer = reflector::store::Writer::new(policy_resource.clone());
+        let policies = writer.as_reader();
         let stream = reflector::reflector(
             writer,
             watcher(
-                Api::<GpuPolicy>::all(client.clone()),
+                Api::<DynamicObject>::all_with(client.clone(), &policy_resource),
                 config.clone().labels(policy_selector),
             ),
         )
@@ -395,7 +401,7 @@ impl Caches {
     ) -> (
         Vec<PodInfo>,
         HashMap<ObjectKey, ObjectInfo>,
-        Vec<GpuPolicy>,
+        Policies,
         HashMap<String, BTreeMap<String, String>>,
     ) {
         let template_objects: Vec<_> = self.templates.iter().flat_map(|t| t.state()).collect();
@@ -434,12 +440,7 @@ impl Caches {
                 }
             }
         }
-        let policies = self
-            .policies
-            .state()
-            .iter()
-            .map(|p| p.as_ref().clone())
-            .collect();
+        let policies = policies::read_all(self.policies.state().iter().map(|p| p.as_ref()));
         let namespaces = self
             .namespaces
             .state()
@@ -503,7 +504,7 @@ fn claims_gpus(pod: &Pod) -> bool {
 mod tests {
     use super::*;
 
-    fn policy(name: &str, generation: i64, evaluated: &str) -> GpuPolicy {
+    fn policy(name: &str, generation: i64, evaluated: &str) -> DynamicObject {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "gpureaper.io/v1alpha1", "kind": "GpuPolicy",
             "metadata": {"name": name, "generation": generation},

@@ -308,6 +308,8 @@ pub struct Memory {
     pub delivery_outcome: HashMap<String, (bool, String)>,
     /// The GPU ResourceQuotas of the namespaces the budget gate governs (G2).
     pub quotas: QuotaKeeper,
+    /// GpuPolicies set aside that were given their Event (`policies::report`).
+    pub unreadable_reported: super::policies::Reported,
 }
 
 impl Memory {
@@ -326,6 +328,7 @@ impl Memory {
                 s.gpu_quota,
                 s.quota_excluded_namespaces.iter().cloned(),
             ),
+            unreadable_reported: Default::default(),
         }
     }
 }

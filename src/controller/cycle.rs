@@ -1,13 +1,16 @@
 //! One evaluation of every policy, the stages in order:
 //!
 //! ```text
-//! observe::cluster (IO) → housekeeping (IO) → quota (IO) → observe::telemetry (IO)
+//! observe::cluster (IO) → policies::report (IO) → housekeeping (IO) → quota (IO)
+//!   → observe::telemetry (IO)
 //!   per policy: [observe::backfill (IO), first time] → plan (PURE)
 //!               → warn / act (IO) per judged workload → status (PURE compute, one apply)
 //! → audit_memory::save (IO), when the Audit memory changed
 //! ```
 //!
-//! When the telemetry read fails every policy is marked Degraded and nothing is judged
+//! A policy this gpu-reaper cannot use is set aside by observe and reported (Event,
+//! Degraded, metric); the others go on, and its stand-in keeps what it governs from
+//! them. When the telemetry read fails every policy is marked Degraded and nothing is judged
 //! (invariant 1); the next read covers the gap. [`evaluate`] is what the loop runs each
 //! tick while leading, and what in-process tests run through `Context::test`.
 
@@ -22,7 +25,7 @@ use super::observe::{self, HistoryRead, Observed};
 use super::plan::{self, PolicyPlan, by_pod};
 use super::status::{self, Found};
 use super::warn::{self, Sent};
-use super::{act, audit_memory, housekeeping};
+use super::{act, audit_memory, housekeeping, policies};
 use crate::Result;
 use crate::api::GpuPolicy;
 use crate::api::policy::PolicyMode;
@@ -56,6 +59,7 @@ pub async fn evaluate(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Res
 async fn cycle(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()> {
     let started = Instant::now();
     let seen = observe::cluster(ctx, now).await?;
+    policies::report(ctx, &mut memory.unreadable_reported, &seen.unusable, now).await;
     housekeeping::run(ctx, &seen.owners, &seen.workloads, now).await;
     memory
         .quotas
@@ -71,6 +75,7 @@ async fn cycle(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()>
         workloads = seen.workloads.len(),
         gpus = seen.workloads.iter().map(|w| w.gpus).sum::<f64>(),
         policies = seen.policies.len(),
+        unusable_policies = seen.unusable.len(),
         %now,
         "evaluating"
     );
@@ -83,7 +88,12 @@ async fn cycle(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()>
     let mut cycle = Cycle {
         now,
         seen: &seen,
-        all: seen.policies.iter().collect(),
+        // Policies set aside still choose: what they govern no other policy judges.
+        all: seen
+            .policies
+            .iter()
+            .chain(seen.unusable.iter().filter_map(|u| u.stand_in.as_ref()))
+            .collect(),
         telemetry_failed: telemetry.err().map(|e| e.to_string()),
         backfill_read: None,
         sent: Sent::default(),

@@ -57,6 +57,7 @@ pub fn channel_name(c: Channel) -> &'static str {
         Channel::Event => "event",
         Channel::Slack => "slack",
         Channel::Email => "email",
+        Channel::Unknown => "unknown",
     }
 }
 

@@ -19,6 +19,12 @@ pub struct NotifyLabels {
     pub result: &'static str,
 }
 
+/// The kind of an object the controller reads, e.g. `GpuPolicy`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     pub action: String,
@@ -35,6 +41,8 @@ pub struct Metrics {
     pub notifications: Family<NotifyLabels, Counter>,
     pub cycle: Histogram,
     pub leader: Gauge,
+    /// Objects set aside because this gpu-reaper cannot use them, by kind (now).
+    pub unreadable_objects: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -91,6 +99,12 @@ impl Metrics {
             "1 while this replica holds the Lease",
             leader.clone(),
         );
+        let unreadable_objects = Family::default();
+        registry.register(
+            "unreadable_objects",
+            "Objects the controller cannot use (a field that does not fit, a value it does not know), by kind; each is skipped and the rest go on",
+            Clone::clone(&unreadable_objects),
+        );
         Self {
             registry,
             governed_gpus,
@@ -100,6 +114,7 @@ impl Metrics {
             notifications,
             cycle,
             leader,
+            unreadable_objects,
         }
     }
 

@@ -5,6 +5,9 @@
 //! - `observe` (IO): GPU pods → root workloads, policies, namespaces, the telemetry read;
 //! - `housekeeping` (IO): wake requests, unfinished actions, owners' scale-ups;
 //! - `quota` (IO): the GPU ResourceQuota of every namespace the budget gate governs;
+//! - `policies` (PURE read, IO report): GpuPolicies read one at a time; one this
+//!   gpu-reaper cannot use is set aside with an Event and Degraded, never stopping the
+//!   others;
 //! - `plan` (PURE): one policy's decisions over the inventory (the engine backtest
 //!   replays), `maxPerHour`;
 //! - `act` (IO): the plan's actions; `warn` (IO): Events, Slack and email, with
@@ -32,6 +35,7 @@ pub mod lease;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
+pub mod policies;
 pub mod quota;
 pub mod run;
 pub mod status;

@@ -1,6 +1,7 @@
 //! Observe (IO): what a cycle looks at.
 //!
-//! - [`cluster`]: GPU pods resolved to root workloads, their owners, the policies and
+//! - [`cluster`]: GPU pods resolved to root workloads, their owners, the policies (each
+//!   read on its own: one that cannot be used is set aside, see `policies`) and
 //!   namespace labels — from the watches' stores when running, by listing (pages of
 //!   500) with `--once`;
 //! - [`telemetry`]: every GPU's samples since the previous cycle, read once for all
@@ -12,9 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, ListParams};
 
 use super::context::Context;
+use super::policies::{self, Policies, Unusable};
 use crate::api::GpuPolicy;
 use crate::cluster::inventory::{self, ObjectInfo, ObjectKey, Workload};
 use crate::cluster::{discovery, snapshot};
@@ -28,7 +30,11 @@ use crate::{Error, Result};
 pub struct Observed {
     pub workloads: Vec<Workload>,
     pub owners: HashMap<ObjectKey, ObjectInfo>,
+    /// The policies this gpu-reaper can use.
     pub policies: Vec<GpuPolicy>,
+    /// The ones it cannot (a field that does not fit, a value it does not know): not
+    /// evaluated, but their stand-ins still choose (`policies`).
+    pub unusable: Vec<Unusable>,
     /// Namespace labels by name.
     pub namespaces: HashMap<String, BTreeMap<String, String>>,
 }
@@ -49,10 +55,12 @@ pub async fn cluster(ctx: &Context, now: Timestamp) -> Result<Observed> {
         Some(caches) => caches.read(&ctx.settings.resources, now),
         None => list(ctx, now).await?,
     };
+    let Policies { usable, unusable } = policies;
     Ok(Observed {
         workloads: inventory::resolve(gpu_pods, &owners),
         owners,
-        policies,
+        policies: usable,
+        unusable,
         namespaces,
     })
 }
@@ -65,19 +73,22 @@ async fn list(
 ) -> Result<(
     Vec<inventory::PodInfo>,
     HashMap<ObjectKey, ObjectInfo>,
-    Vec<GpuPolicy>,
+    Policies,
     HashMap<String, BTreeMap<String, String>>,
 )> {
     let c = &ctx.client;
     let owner_resources = discovery::owner_resources(c, discovery::OWNER_KINDS).await;
     let (gpu_pods, owners) =
         snapshot::gpu_pods_and_owners(c, &ctx.settings.resources, &owner_resources, now).await?;
-    let policies = snapshot::list_all_matching(
-        &Api::<GpuPolicy>::all(c.clone()),
+    // Untyped, each read on its own: one policy that does not fit is set aside, never
+    // failing the list.
+    let objects = snapshot::list_all_matching(
+        &Api::<DynamicObject>::all_with(c.clone(), &ApiResource::erase::<GpuPolicy>(&())),
         &ctx.settings.policy_selector,
     )
     .await
     .map_err(kube_err("listing GpuPolicies"))?;
+    let policies = policies::read_all(&objects);
     let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())
         .list_metadata(&ListParams::default())
         .await

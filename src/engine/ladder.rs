@@ -189,6 +189,14 @@ pub fn decide(
             "warned; action.type is None (warn only)".into(),
         );
     }
+    // Refused before use (api::unknown); should one get here, it never acts.
+    if rules.action == ActionType::Unknown {
+        return done(
+            Step::Nothing,
+            None,
+            "warned; action.type is unknown to this gpu-reaper: nothing is done".into(),
+        );
+    }
     if *shape == IdleShape::DataStarved && !rules.reap_data_starved {
         return done(
             Step::Nothing,
@@ -248,6 +256,7 @@ fn action_name(a: ActionType) -> &'static str {
         ActionType::Suspend => "suspend",
         ActionType::Evict => "evict",
         ActionType::None => "no action",
+        ActionType::Unknown => "no action (action.type unknown to this gpu-reaper)",
     }
 }
 

@@ -94,7 +94,8 @@ impl Rules {
         // A GPU reporting the preferred family keeps it, valid or not (the live cycle
         // describes a GPU by one family), so a bad engine sample is a gap, not GPU_UTIL.
         match self.signal {
-            Signal::Auto => engine_active.or(util).flatten(),
+            // Unknown is refused before use; read as Auto, it never invents idleness.
+            Signal::Auto | Signal::Unknown => engine_active.or(util).flatten(),
             Signal::EngineActive => engine_active.flatten(),
             Signal::GpuUtil => util.flatten(),
         }

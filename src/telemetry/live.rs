@@ -92,7 +92,7 @@ impl RuleSet {
     fn of(rules: &Rules) -> Self {
         Self {
             signal: match rules.signal {
-                Signal::Auto => 0,
+                Signal::Auto | Signal::Unknown => 0,
                 Signal::EngineActive => 1,
                 Signal::GpuUtil => 2,
             },

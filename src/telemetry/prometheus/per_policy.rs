@@ -38,7 +38,7 @@ impl PrometheusSource {
             .ceil() as u32;
         let mut out = Observations::new();
         let signals: Vec<(&str, f64)> = match rules.signal {
-            Signal::Auto => ACTIVITY_SIGNALS.to_vec(),
+            Signal::Auto | Signal::Unknown => ACTIVITY_SIGNALS.to_vec(),
             Signal::EngineActive => vec![ACTIVITY_SIGNALS[0]],
             Signal::GpuUtil => vec![ACTIVITY_SIGNALS[1]],
         };
