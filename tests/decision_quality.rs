@@ -594,6 +594,29 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
         rows.iter().all(|r| r[5].parse::<f64>().unwrap() > 0.0),
         "{out}"
     );
+    // Every risk row states its calibration: the level asked, the actions the estimate
+    // allowed and those at maxIdle adding up to all its actions, and a p-value.
+    let risk: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "Risk").collect();
+    assert_eq!(risk.len(), 7);
+    for (r, asked) in risk.iter().zip([0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]) {
+        assert_eq!(r.len(), 20, "{r:?}");
+        assert!((r[8].parse::<f64>().unwrap() - asked).abs() < 1e-9, "{r:?}");
+        let allowed: usize = r[9].parse().unwrap();
+        let at_ceiling: usize = r[16].parse().unwrap();
+        assert_eq!(
+            allowed + at_ceiling,
+            r[2].parse::<usize>().unwrap(),
+            "{r:?}"
+        );
+        let p: f64 = r[14].parse().unwrap();
+        assert!((0.0..=1.0).contains(&p), "{r:?}");
+        assert_eq!(r[15] == "true", p >= 0.05, "{r:?}");
+    }
+    assert!(
+        rows.iter()
+            .filter(|r| r[0] != "Risk")
+            .all(|r| r[8].is_empty())
+    );
 }
 
 /// `--max-idle` runs every risk level at each ceiling, and a ceiling's rows are exactly

@@ -50,6 +50,8 @@ struct Reaped {
     /// Replicas kept (a scale to a minimum), and the share of the GPUs reclaimed.
     kept: Option<i32>,
     reclaimed_share: f64,
+    /// The resumption risk the estimate gave when it acted (None: no estimate).
+    risk: Option<f64>,
 }
 
 struct Live {
@@ -219,10 +221,10 @@ pub fn run_observed(
                     let hours = until.duration_since(at).as_secs_f64() / 3600.0;
                     let share: f64 = w.share_hint();
                     let regret = any_busy && until.duration_since(at) <= options.regret_horizon;
-                    let (reason, kept) = w
+                    let (reason, kept, risk) = w
                         .reaped
                         .take()
-                        .map(|r| (r.reason, r.kept))
+                        .map(|r| (r.reason, r.kept, r.risk))
                         .unwrap_or_default();
                     w.outcome.actions.push(ActionOutcome {
                         at,
@@ -233,6 +235,7 @@ pub fn run_observed(
                         regret,
                         reason,
                         kept_replicas: kept,
+                        estimated_risk: risk,
                     });
                     w.ladder = LadderState {
                         snooze_until: w.ladder.snooze_until,
@@ -360,6 +363,7 @@ pub fn run_observed(
                         reason,
                         kept,
                         reclaimed_share,
+                        risk: decision.estimate.as_ref().map(|e| e.risk()),
                     });
                     recent_actions.push_back(now);
                 }
@@ -384,6 +388,7 @@ pub fn run_observed(
                 regret: false,
                 reason: r.reason,
                 kept_replicas: r.kept,
+                estimated_risk: r.risk,
             });
         }
         let o = &mut w.outcome;

@@ -38,6 +38,10 @@ pub struct ActionOutcome {
     /// inference): only the others' GPU-hours were reclaimed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_replicas: Option<i32>,
+    /// The resumption risk the estimate gave at the action (policies with
+    /// `idle.maxResumeRisk`; None: there was no estimate, the action came at `maxIdle`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_risk: Option<f64>,
 }
 
 /// Per-step activity and state of a workload, for drawing.

@@ -43,6 +43,141 @@ pub struct Point {
     /// Risk points of `--max-idle`: the `idle.maxIdle` ceiling they ran at, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_idle_seconds: Option<i64>,
+    /// Risk points: the level asked against the regret rate realised.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// Significance of the calibration test: a realised regret rate is "within the noise" of
+/// the level asked unless so many regrets would happen less than 5 % of the time.
+pub const CALIBRATION_ALPHA: f64 = 0.05;
+
+/// A risk level asked (`idle.maxResumeRisk`) against the regrets it realised.
+///
+/// The promise covers the actions **the estimate allowed** (its risk at most the level
+/// asked). The others came at `idle.maxIdle` whatever the estimate (none, or above the
+/// level): they are counted apart. The test is a one-sided exact binomial test: if every
+/// allowed action regretted with probability `asked`, how likely are at least `regrets`
+/// of `actions`? Below [`CALIBRATION_ALPHA`] the realised rate is above the promise
+/// beyond the noise of that many actions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Calibration {
+    pub asked: f64,
+    /// Actions the estimate allowed, and their regrets.
+    pub actions: usize,
+    pub regrets: usize,
+    pub realised: f64,
+    /// The mean of the risks the estimate gave those actions (what it expected).
+    pub mean_estimated_risk: f64,
+    /// P(X ≥ regrets) for X ~ Binomial(actions, asked).
+    pub p_value: f64,
+    /// One-sided 95 % upper bound (Clopper–Pearson) of the true regret rate.
+    pub upper_bound_95: f64,
+    /// `p_value` ≥ [`CALIBRATION_ALPHA`].
+    pub within_noise: bool,
+    /// Actions at `idle.maxIdle` whatever the estimate, and their regrets.
+    pub ceiling_actions: usize,
+    pub ceiling_regrets: usize,
+    /// The same test over every action of the level (allowed and at the ceiling).
+    pub all_p_value: f64,
+    pub all_within_noise: bool,
+}
+
+impl Calibration {
+    /// From a replay's actions at the level `asked`.
+    pub fn of(asked: f64, b: &Backtest) -> Self {
+        let (mut n, mut k, mut risk_sum, mut cn, mut ck) = (0usize, 0usize, 0.0, 0usize, 0usize);
+        for a in b.workloads.iter().flat_map(|w| &w.actions) {
+            match a.estimated_risk {
+                // The same tolerance as the gate's comparison (`risk <= max`).
+                Some(r) if r <= asked => {
+                    n += 1;
+                    k += usize::from(a.regret);
+                    risk_sum += r;
+                }
+                _ => {
+                    cn += 1;
+                    ck += usize::from(a.regret);
+                }
+            }
+        }
+        let p_value = binomial_upper_tail(k, n, asked);
+        let all_p_value = binomial_upper_tail(k + ck, n + cn, asked);
+        Self {
+            asked,
+            actions: n,
+            regrets: k,
+            realised: if n > 0 { k as f64 / n as f64 } else { 0.0 },
+            mean_estimated_risk: if n > 0 { risk_sum / n as f64 } else { 0.0 },
+            p_value,
+            upper_bound_95: clopper_pearson_upper(k, n, 0.95),
+            within_noise: p_value >= CALIBRATION_ALPHA,
+            ceiling_actions: cn,
+            ceiling_regrets: ck,
+            all_p_value,
+            all_within_noise: all_p_value >= CALIBRATION_ALPHA,
+        }
+    }
+}
+
+/// ln C(n, i) · p^i · (1−p)^(n−i), for every i in 0..=n.
+fn binomial_log_pmf(n: usize, p: f64) -> Vec<f64> {
+    let p = p.clamp(1e-300, 1.0 - 1e-16);
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    let mut out = Vec::with_capacity(n + 1);
+    let mut log_choose = 0.0f64;
+    for i in 0..=n {
+        if i > 0 {
+            log_choose += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        out.push(log_choose + i as f64 * lp + (n - i) as f64 * lq);
+    }
+    out
+}
+
+fn log_sum_exp(xs: &[f64]) -> f64 {
+    let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+}
+
+/// P(X ≥ k) for X ~ Binomial(n, p): 1 when k is 0.
+pub fn binomial_upper_tail(k: usize, n: usize, p: f64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if k > n {
+        return 0.0;
+    }
+    if p <= 0.0 {
+        return 0.0;
+    }
+    if p >= 1.0 {
+        return 1.0;
+    }
+    log_sum_exp(&binomial_log_pmf(n, p)[k..]).exp().min(1.0)
+}
+
+/// The one-sided upper confidence bound of a binomial rate (Clopper–Pearson): the `p`
+/// at which P(X ≤ k) = 1 − `confidence`. 1 with no trials.
+pub fn clopper_pearson_upper(k: usize, n: usize, confidence: f64) -> f64 {
+    if n == 0 || k >= n {
+        return 1.0;
+    }
+    let alpha = 1.0 - confidence;
+    let lower_tail = |p: f64| 1.0 - binomial_upper_tail(k + 1, n, p);
+    let (mut lo, mut hi) = (k as f64 / n as f64, 1.0);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if lower_tail(mid) > alpha {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 /// A risk point against the fixed curve: the fixed variants that are not worse on both
@@ -187,6 +322,7 @@ fn point(family: Family, label: String, b: &Backtest) -> Point {
         reclaimed_gpu_hours: b.summary.reclaimed_gpu_hours,
         vs_fixed: None,
         max_idle_seconds: None,
+        calibration: None,
     }
 }
 
@@ -211,6 +347,7 @@ fn replayed(
         reclaimed_gpu_hours,
         vs_fixed: None,
         max_idle_seconds: None,
+        calibration: None,
     }
 }
 
@@ -276,8 +413,12 @@ pub fn sweep(
     let mut points: Vec<Point> = jobs[..last]
         .iter()
         .zip(runs.by_ref())
-        .map(|((family, label, _, ceiling), b)| Point {
+        .map(|((family, label, p, ceiling), b)| Point {
             max_idle_seconds: *ceiling,
+            calibration: match (family, p.idle.max_resume_risk) {
+                (Family::Risk, Some(asked)) => Some(Calibration::of(asked, &b)),
+                _ => None,
+            },
             ..point(*family, label.clone(), &b)
         })
         .collect();
@@ -514,7 +655,90 @@ mod tests {
             reclaimed_gpu_hours: gpu_hours,
             vs_fixed: None,
             max_idle_seconds: None,
+            calibration: None,
         }
+    }
+
+    #[test]
+    fn the_binomial_tail_and_bound_match_known_values() {
+        // P(X ≥ 1 | 10, 0.1) = 1 − 0.9^10.
+        assert!((binomial_upper_tail(1, 10, 0.1) - (1.0 - 0.9f64.powi(10))).abs() < 1e-12);
+        // P(X ≥ 3 | 5, 0.5) = 1/2.
+        assert!((binomial_upper_tail(3, 5, 0.5) - 0.5).abs() < 1e-12);
+        assert_eq!(binomial_upper_tail(0, 7, 0.3), 1.0);
+        assert_eq!(binomial_upper_tail(8, 7, 0.3), 0.0);
+        // Large n at p = 0.5 does not underflow: P(X ≥ 1000 | 2000, 0.5) ≈ 0.509.
+        let t = binomial_upper_tail(1000, 2000, 0.5);
+        assert!((t - 0.5089).abs() < 1e-3, "{t}");
+        // Clopper–Pearson, 0 of n at 95 %: 1 − 0.05^(1/n) (the "rule of three" ≈ 3/n).
+        let u = clopper_pearson_upper(0, 100, 0.95);
+        assert!((u - (1.0 - 0.05f64.powf(0.01))).abs() < 1e-9, "{u}");
+        // 5 of 100: about 10.2 %.
+        let u = clopper_pearson_upper(5, 100, 0.95);
+        assert!((u - 0.1024).abs() < 2e-3, "{u}");
+    }
+
+    #[test]
+    fn calibration_tests_the_actions_the_estimate_allowed_apart_from_the_ceiling() {
+        use super::super::{ActionOutcome, Summary, WorkloadOutcome};
+        let action = |risk: Option<f64>, regret: bool| ActionOutcome {
+            at: jiff::Timestamp::UNIX_EPOCH,
+            action: crate::api::policy::ActionType::ScaleToZero,
+            resumed_at: None,
+            reclaimed_gpu_hours: 1.0,
+            reclaimed_usd: 1.0,
+            regret,
+            reason: String::new(),
+            kept_replicas: None,
+            estimated_risk: risk,
+        };
+        // 40 allowed actions at a 5 % estimate, 6 regretted; 10 at the ceiling, 5 regretted.
+        let mut actions: Vec<ActionOutcome> = (0..40).map(|i| action(Some(0.04), i < 6)).collect();
+        actions.extend((0..10).map(|i| action(if i % 2 == 0 { None } else { Some(0.3) }, i < 5)));
+        let b = Backtest {
+            policy: "p".into(),
+            mode: "Enforce".into(),
+            start: jiff::Timestamp::UNIX_EPOCH,
+            end: jiff::Timestamp::UNIX_EPOCH,
+            step_seconds: 60,
+            regret_horizon_seconds: 7200,
+            workloads: vec![WorkloadOutcome {
+                namespace: "n".into(),
+                kind: "Deployment".into(),
+                name: "w".into(),
+                gpus: 1,
+                classification: String::new(),
+                idle_gpu_hours: 0.0,
+                idle_usd: 0.0,
+                gpu_hours_by_class: Default::default(),
+                warned_at: None,
+                acted_at: None,
+                action: None,
+                reclaimed_gpu_hours: 0.0,
+                reclaimed_usd: 0.0,
+                regret: false,
+                unsupported: None,
+                warnings: vec![],
+                actions,
+                last_reason: String::new(),
+                timeline: None,
+            }],
+            summary: Summary::default(),
+        };
+        let c = Calibration::of(0.05, &b);
+        assert_eq!((c.actions, c.regrets), (40, 6));
+        assert_eq!((c.ceiling_actions, c.ceiling_regrets), (10, 5));
+        assert!((c.mean_estimated_risk - 0.04).abs() < 1e-12);
+        // 6 of 40 at 5 %: P(X ≥ 6) ≈ 1.4 %: above the promise beyond the noise.
+        assert!(
+            c.p_value < CALIBRATION_ALPHA && !c.within_noise,
+            "{}",
+            c.p_value
+        );
+        // At 10 % asked, 6 of 40 is within the noise (P ≈ 21 %).
+        let c = Calibration::of(0.10, &b);
+        assert!(c.within_noise, "{}", c.p_value);
+        assert!(!c.all_within_noise);
     }
 
     #[test]

@@ -203,6 +203,55 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
         let _ = writeln!(out, "{}", row.trim_end());
     }
     let _ = writeln!(out);
+    let calibrated: Vec<_> = points
+        .iter()
+        .filter_map(|p| p.calibration.as_ref().map(|c| (p, c)))
+        .collect();
+    if !calibrated.is_empty() {
+        let _ = writeln!(
+            out,
+            "Calibration: maxResumeRisk asked against the regret rate realised by the actions the estimate allowed (the rest came at idle.maxIdle whatever the estimate). Within noise: a one-sided exact binomial test, P(at least that many regrets if each allowed action regretted with the probability asked) >= {:.0} %.\n",
+            crate::backtest::sweep::CALIBRATION_ALPHA * 100.0
+        );
+        let _ = writeln!(
+            out,
+            "{:<36} {:>6} {:>16} {:>9} {:>10} {:>9} {:>9} {:<22} {:>14} {:>9}",
+            "VARIANT",
+            "ASKED",
+            "ALLOWED: REGRETS",
+            "REALISED",
+            "ESTIMATED",
+            "UPPER 95",
+            "P",
+            "VERDICT",
+            "AT MAXIDLE",
+            "ALL: P"
+        );
+        for (p, c) in calibrated {
+            let verdict = if c.actions == 0 {
+                "no action allowed"
+            } else if c.within_noise {
+                "within the noise"
+            } else {
+                "above the promise"
+            };
+            let _ = writeln!(
+                out,
+                "{:<36} {:>5.0}% {:>16} {:>8.1}% {:>9.1}% {:>8.1}% {:>9.3} {:<22} {:>14} {:>9.3}",
+                p.label,
+                c.asked * 100.0,
+                format!("{} of {}", c.regrets, c.actions),
+                c.realised * 100.0,
+                c.mean_estimated_risk * 100.0,
+                c.upper_bound_95 * 100.0,
+                c.p_value,
+                verdict,
+                format!("{} of {}", c.ceiling_regrets, c.ceiling_actions),
+                c.all_p_value,
+            );
+        }
+        let _ = writeln!(out);
+    }
     let risk: Vec<_> = points.iter().filter_map(|p| p.vs_fixed.as_ref()).collect();
     if !risk.is_empty() {
         let above = risk
@@ -243,9 +292,29 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
 /// `backtest --sweep --format csv`.
 pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
     let mut out = String::from(
-        "family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours,fixed_curve_gpu_hours,margin_gpu_hours\n",
+        "family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours,fixed_curve_gpu_hours,margin_gpu_hours,asked_risk,allowed_actions,allowed_regrets,realised_risk,mean_estimated_risk,upper_bound_95,p_value,within_noise,ceiling_actions,ceiling_regrets,all_p_value,all_within_noise\n",
     );
     for p in points {
+        let calibration = p
+            .calibration
+            .as_ref()
+            .map_or(",,,,,,,,,,,".to_string(), |c| {
+                format!(
+                    "{:.4},{},{},{:.4},{:.4},{:.4},{:.6},{},{},{},{:.6},{}",
+                    c.asked,
+                    c.actions,
+                    c.regrets,
+                    c.realised,
+                    c.mean_estimated_risk,
+                    c.upper_bound_95,
+                    c.p_value,
+                    c.within_noise,
+                    c.ceiling_actions,
+                    c.ceiling_regrets,
+                    c.all_p_value,
+                    c.all_within_noise
+                )
+            });
         let (curve, margin) = p
             .vs_fixed
             .as_ref()
@@ -257,7 +326,7 @@ pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
             });
         let _ = writeln!(
             out,
-            "{:?},{},{},{},{:.4},{:.3},{curve},{margin}",
+            "{:?},{},{},{},{:.4},{:.3},{curve},{margin},{calibration}",
             p.family,
             csv_field(&p.label),
             p.actions,
