@@ -470,14 +470,26 @@ async fn a_body_that_is_not_an_admission_review_gets_a_400_naming_the_problem() 
     for (body, expected) in [
         (b"{\"apiVersion\":".to_vec(), "EOF while parsing"),
         (b"[]".to_vec(), "expected struct AdmissionReview"),
-        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"PATCH"}}"#.to_vec(), "unknown variant `PATCH`"),
     ] {
         let (status, body) = call(&app, "POST", "/validate", body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         let text = String::from_utf8(body).unwrap();
-        assert!(text.starts_with("not an admission.k8s.io/v1 AdmissionReview: "), "{text}");
+        assert!(
+            text.starts_with("not an admission.k8s.io/v1 AdmissionReview: "),
+            "{text}"
+        );
         assert!(text.contains(expected), "{text}");
     }
+    // A review with a uid is answered, refused, naming the problem: a 400 would be turned
+    // into an allow by failurePolicy Ignore.
+    let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"PATCH"}}"#;
+    let (status, body) = call(&app, "POST", "/validate", body.to_vec()).await;
+    assert_eq!(status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["response"]["uid"], "u");
+    assert_eq!(v["response"]["allowed"], false);
+    let message = v["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("unknown variant `PATCH`"), "{message}");
 }
 
 #[tokio::test]

@@ -131,7 +131,7 @@ fn why_unreadable(body: &[u8], error: &review::ReviewError) -> String {
     if review::nested_deeper_than(body, MAX_DEPTH) {
         format!("it nests deeper than the {MAX_DEPTH} levels gpu-reaper reads")
     } else {
-        error.0.clone()
+        error.to_string()
     }
 }
 
