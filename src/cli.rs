@@ -131,20 +131,9 @@ pub struct ExplainArgs {
     pub now: Option<Timestamp>,
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
-    /// As the controller's: DCGM exporter scrape interval (Go duration).
-    #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s", value_parser = positive_duration)]
-    pub scrape_interval: std::time::Duration,
-    /// As the controller's: PromQL label matchers added to the live reads, e.g.
-    /// `{cluster="a"}`.
-    #[arg(long, env = "GPU_REAPER_PROMETHEUS_SELECTOR", default_value = "")]
-    pub prometheus_selector: String,
-    /// As the controller's: how far behind the clock the live read ends (Go duration).
-    #[arg(long, env = "GPU_REAPER_PROMETHEUS_READ_LAG", default_value = "15s", value_parser = duration)]
-    pub prometheus_read_lag: SignedDuration,
-    /// As the controller's: activity history replayed into the idle-span history, so the
-    /// resumption-risk estimate has cases (Go duration; 0s: none).
-    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h", value_parser = duration)]
-    pub history_backfill: SignedDuration,
+    /// The controller's live reads, as the controller is given them.
+    #[command(flatten)]
+    pub live: LiveReadArgs,
     /// As the controller's: only the GpuPolicies with these labels are looked at.
     #[arg(long, env = "GPU_REAPER_POLICY_SELECTOR", default_value = "")]
     pub policy_selector: String,
@@ -212,14 +201,10 @@ fn positive_speed(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{text:?} is not a positive number, e.g. 1 or 60"))
 }
 
-/// `gpu-reaper controller`.
+/// How the controller reads live telemetry: its flags, and `explain`'s, which decides as
+/// the controller does.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ControllerArgs {
-    #[command(flatten)]
-    pub prometheus: PrometheusArgs,
-    /// Time between evaluations (Go duration).
-    #[arg(long, env = "GPU_REAPER_INTERVAL", default_value = "60s", value_parser = positive_duration)]
-    pub interval: std::time::Duration,
+pub struct LiveReadArgs {
     /// Scrape interval of the DCGM exporter (Go duration): coverage is counted in steps
     /// of the longer of it and one minute, each of which should hold a sample.
     #[arg(long, env = "GPU_REAPER_SCRAPE_INTERVAL", default_value = "30s", value_parser = positive_duration)]
@@ -243,6 +228,18 @@ pub struct ControllerArgs {
     /// `action.inference`); spans older than the policy's `idle.history` are dropped.
     #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h", value_parser = duration)]
     pub history_backfill: SignedDuration,
+}
+
+/// `gpu-reaper controller`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+    /// Time between evaluations (Go duration).
+    #[arg(long, env = "GPU_REAPER_INTERVAL", default_value = "60s", value_parser = positive_duration)]
+    pub interval: std::time::Duration,
+    #[command(flatten)]
+    pub live: LiveReadArgs,
     /// Plain-HTTP address serving /metrics, /healthz and /readyz.
     #[arg(long, env = "GPU_REAPER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: String,

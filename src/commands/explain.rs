@@ -68,14 +68,14 @@ impl Config {
             policy_selector: args.policy_selector.clone(),
             resources: gpus.resources,
             reads: ReadSettings {
-                selector: prometheus_selector(&args.prometheus_selector)?,
-                lag_seconds: args.prometheus_read_lag.as_secs(),
+                selector: prometheus_selector(&args.live.prometheus_selector)?,
+                lag_seconds: args.live.prometheus_read_lag.as_secs(),
                 workload_labels: labels.clone(),
             },
-            history_backfill: args.history_backfill,
+            history_backfill: args.live.history_backfill,
             history_labels: labels,
             // As the controller: coverage steps of the longer of the scrape and a minute.
-            live_step_seconds: (args.scrape_interval.as_secs().max(1) as i64).max(60),
+            live_step_seconds: (args.live.scrape_interval.as_secs().max(1) as i64).max(60),
             // What follows is the loop's and the notifiers', which explain never runs.
             max_billing_gap: SignedDuration::from_mins(2),
             templates: Templates::default(),
@@ -192,7 +192,7 @@ mod tests {
         assert!(e.to_string().starts_with("--prometheus-selector"), "{e}");
         let mut args = args;
         args.prometheus.prometheus_url = None;
-        args.prometheus_selector = String::new();
+        args.live.prometheus_selector = String::new();
         let e = Config::from_args(&args).unwrap_err();
         assert!(e.to_string().starts_with("--prometheus-url"), "{e}");
     }

@@ -123,15 +123,15 @@ pub fn prometheus_selector(text: &str) -> Result<String> {
 impl Settings {
     pub fn from_args(args: &ControllerArgs) -> Result<Self> {
         let interval = args.interval;
-        let scrape = args.scrape_interval.as_secs().max(1) as i64;
+        let scrape = args.live.scrape_interval.as_secs().max(1) as i64;
         let lease_duration =
             SignedDuration::try_from(args.lease_duration).map_err(|e| Error::InvalidArgument {
                 flag: "lease-duration",
                 message: e.to_string(),
             })?;
-        let history_backfill = args.history_backfill;
-        let read_lag = args.prometheus_read_lag.as_secs();
-        let selector = prometheus_selector(&args.prometheus_selector)?;
+        let history_backfill = args.live.history_backfill;
+        let read_lag = args.live.prometheus_read_lag.as_secs();
+        let selector = prometheus_selector(&args.live.prometheus_selector)?;
         let gpus = crate::admission::webhook::settings(&args.gpus)?;
         let templates = match &args.notify.notify_templates {
             Some(path) => {
