@@ -421,13 +421,13 @@ async fn an_update_that_does_not_raise_the_gpu_count_is_allowed_and_one_that_doe
 
 #[tokio::test]
 async fn a_pod_created_by_a_controller_is_not_gated_twice() {
-    let app = app(snapshot(vec![enforce()], vec![]));
+    let gate = app(snapshot(vec![enforce()], vec![]));
     let mut r = with_gpus(
         review("kubewarden-policy-server__pod_without_privileged_containers.json"),
         16,
     );
     assert_eq!(
-        validate(&app, &r).await["allowed"],
+        validate(&gate, &r).await["allowed"],
         false,
         "a bare pod is gated"
     );
@@ -436,23 +436,43 @@ async fn a_pod_created_by_a_controller_is_not_gated_twice() {
     }]);
     // A person writing a controller reference by hand does not slip past the gate, nor
     // does a token of the namespace's own ServiceAccounts (a CI bot's), nor anonymous…
-    assert_eq!(validate(&app, &r).await["allowed"], false);
+    assert_eq!(validate(&gate, &r).await["allowed"], false);
     let ns = r["request"]["namespace"].as_str().unwrap().to_string();
     for user in [
         format!("system:serviceaccount:{ns}:ci-bot"),
         "system:anonymous".to_string(),
     ] {
         r["request"]["userInfo"]["username"] = json!(user);
-        assert_eq!(validate(&app, &r).await["allowed"], false, "{user}");
+        assert_eq!(validate(&gate, &r).await["allowed"], false, "{user}");
     }
     // …nor any ServiceAccount of another namespace, which is not a listed controller
     // (G7: never a `system:` prefix)…
     r["request"]["userInfo"]["username"] = json!(format!("system:serviceaccount:{ns}x:op"));
-    assert_eq!(validate(&app, &r).await["allowed"], false);
-    // …and the Job controller creating its pod does.
+    assert_eq!(validate(&gate, &r).await["allowed"], false);
+    // …and the Job controller creating its pod is not asked for an attestation again, but
+    // what the pod adds must fit the namespace's total: its 32 GPUs (two containers of 16)
+    // where 8 may be held are refused, naming the Job…
     r["request"]["userInfo"]["username"] =
         json!("system:serviceaccount:kube-system:job-controller");
-    assert_eq!(validate(&app, &r).await["allowed"], true);
+    let response = validate(&gate, &r).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(", which Job pi creates, claims 32 GPUs, but namespace"),
+        "{message}"
+    );
+    // …and admitted once an approved attestation makes room, whatever it selects.
+    let mut room = (*attestation(32, 1, Some(1), FUTURE, 40.0)).clone();
+    room.metadata.namespace = Some(ns.clone());
+    let mut s = Snapshot::build(
+        vec![enforce()],
+        vec![Arc::new(room)],
+        [(ns.clone(), BTreeMap::new())],
+        Default::default(),
+    );
+    s.held.clear();
+    let roomy = app(s);
+    assert_eq!(validate(&roomy, &r).await["allowed"], true);
 }
 
 #[tokio::test]

@@ -356,6 +356,164 @@ fn with_1_usd_left_a_4096_gpu_job_is_refused_even_when_attested() {
     assert_eq!(d.reason, Reason::OverBudget);
 }
 
+#[test]
+fn two_claims_back_to_back_never_add_up_past_the_months_budget() {
+    // 2 USD a GPU-hour, 20.5 days left in November (492 h): 984 USD a GPU to the month's
+    // end. 8,000 USD pays for 8 GPUs; one 8-GPU claim would fit, and so would the first of
+    // two 4-GPU claims, but not the second once the first holds its GPUs.
+    let p = policy_with(json!({"cost": {"defaultHourlyUsd": 2.0},
+        "admission": {"largeClaimGpus": 16, "mode": "Enforce", "monthlyBudgetUsd": 6000.0}}));
+    let mut s = snapshot(vec![p], vec![]);
+    let first = decide(&s, &create(job("first", json!({}), 1, 4)));
+    assert!(first.allowed(), "{first:?}");
+    s.add_held(NS, BTreeMap::new(), 4.0);
+    let d = decide(&s, &create(job("second", json!({}), 1, 4)));
+    assert_denied(
+        &d,
+        Reason::OverBudget,
+        "and the 4 GPUs it holds now will cost about 3,936 USD more by then, leaving 2,064 USD",
+    );
+    // The same Job made by the CronJob controller (a run) is held to the same total.
+    let mut run = job("nightly-29000000", json!({}), 1, 4);
+    run["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "u", "controller": true}]);
+    let d = decide(
+        &s,
+        &request(
+            "CREATE",
+            run,
+            None,
+            "system:serviceaccount:kube-system:cronjob-controller",
+        ),
+    );
+    assert_denied(
+        &d,
+        Reason::OverBudget,
+        "Job team-a/nightly-29000000 claims 4 GPUs",
+    );
+}
+
+#[test]
+fn a_cronjobs_runs_and_a_resumed_deployments_replicas_must_fit_the_namespace_total() {
+    // Two 8-GPU CronJobs were each admitted against what was held then (nothing); when the
+    // second one runs while the first's Job holds 8, its Job is refused, naming the
+    // CronJob, instead of a trickle of pods the quota refuses.
+    let mut s = snapshot(vec![enforce()], vec![]);
+    s.add_held(NS, BTreeMap::new(), 8.0);
+    let mut run = job("b-29000000", json!({}), 1, 8);
+    run["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "CronJob", "name": "b", "uid": "u", "controller": true}]);
+    let d = decide(
+        &s,
+        &request(
+            "CREATE",
+            run.clone(),
+            None,
+            "system:serviceaccount:kube-system:cronjob-controller",
+        ),
+    );
+    assert_denied(
+        &d,
+        Reason::OverAllowance,
+        "Job team-a/b-29000000, which CronJob b creates, claims 8 GPUs, but namespace team-a already holds 8 GPUs and may hold 8",
+    );
+    // The ReplicaSet a paused Deployment rolls out when it is resumed: the same.
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "serve-6d4b9", "namespace": NS, "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "uid": "u", "controller": true}]},
+        "spec": {"replicas": 2, "template": template(json!({"app": "serve"}), 4)}});
+    let d = decide(
+        &s,
+        &request(
+            "CREATE",
+            rs.clone(),
+            None,
+            "system:serviceaccount:kube-system:deployment-controller",
+        ),
+    );
+    assert_denied(&d, Reason::OverAllowance, "which Deployment serve creates");
+    // With room, both go in, and an update that adds nothing is never refused.
+    let free = snapshot(vec![enforce()], vec![]);
+    let by = |o: &Value, user: &str| decide(&free, &request("CREATE", o.clone(), None, user));
+    assert!(by(&run, "system:serviceaccount:kube-system:cronjob-controller").allowed());
+    assert!(
+        by(
+            &rs,
+            "system:serviceaccount:kube-system:deployment-controller"
+        )
+        .allowed()
+    );
+    let d = decide(
+        &s,
+        &request(
+            "UPDATE",
+            rs.clone(),
+            Some(rs),
+            "system:serviceaccount:kube-system:deployment-controller",
+        ),
+    );
+    assert_eq!(d.reason, Reason::OwnedByController, "{d:?}");
+}
+
+#[test]
+fn resuming_a_suspended_job_claims_its_gpus_again() {
+    let mut suspended = job("train", json!({}), 2, 8);
+    suspended["spec"]["suspend"] = json!(true);
+    let mut resumed = suspended.clone();
+    resumed["spec"]["suspend"] = json!(false);
+    let mut s = snapshot(vec![enforce()], vec![]);
+    // Another workload holds the namespace's 8 GPUs; the suspended Job holds none.
+    s.add_held(NS, BTreeMap::new(), 8.0);
+    let d = decide(
+        &s,
+        &request("UPDATE", resumed.clone(), Some(suspended.clone()), "alice"),
+    );
+    assert_denied(&d, Reason::NoAttestation, "Job team-a/train claims 16 GPUs");
+    // Kubeflow's runPolicy.suspend is the same.
+    let mut pj = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "pt", "namespace": NS},
+        "spec": {"runPolicy": {"suspend": true}, "pytorchReplicaSpecs": {
+            "Worker": {"replicas": 1, "template": template(json!({}), 4)}}}});
+    let old = pj.clone();
+    pj["spec"]["runPolicy"]["suspend"] = json!(false);
+    let d = decide(&s, &request("UPDATE", pj, Some(old), "alice"));
+    assert_denied(&d, Reason::OverAllowance, "already holds 8 GPUs");
+    // Suspending, or editing a label of a running Job, adds nothing.
+    let d = decide(
+        &s,
+        &request("UPDATE", suspended.clone(), Some(resumed), "alice"),
+    );
+    assert_eq!(d.reason, Reason::NotIncreased, "{d:?}");
+}
+
+#[test]
+fn a_pods_kai_gpu_share_cannot_be_edited_away_after_admission() {
+    let pod = |annotations: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "frac", "namespace": NS, "annotations": annotations},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c", "image": "x"}]}})
+    };
+    let s = snapshot(vec![enforce()], vec![]);
+    let admitted = pod(json!({"gpu-fraction": "0.5"}));
+    for edited in [
+        pod(json!({})),
+        pod(json!({"gpu-fraction": "0.1"})),
+        pod(json!({"gpu-fraction": "0.5", "gpu-memory": "1"})),
+    ] {
+        let d = decide(
+            &s,
+            &request("UPDATE", edited, Some(admitted.clone()), "alice"),
+        );
+        assert_denied(
+            &d,
+            Reason::ShareChanged,
+            "Pod team-a/frac may not change its \"gpu-",
+        );
+    }
+    // A label edit keeps the share: admitted.
+    let mut labelled = admitted.clone();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    assert!(decide(&s, &request("UPDATE", labelled, Some(admitted), "alice")).allowed());
+}
+
 // --- the team picks the policy ---------------------------------------------------------
 
 #[test]
@@ -385,7 +543,8 @@ fn only_listed_controllers_may_create_owned_pods_unchecked() {
         "metadata": {"name": "p", "namespace": NS, "ownerReferences": [
             {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
         "spec": gpu_pod_spec(64)});
-    let s = snapshot(vec![enforce()], vec![]);
+    // An approved 64-GPU attestation (for other labels) leaves the namespace room.
+    let s = snapshot(vec![enforce()], vec![attestation("room", 64)]);
     // Any ServiceAccount of another namespace (an operator the team can drive, a token a
     // team holds elsewhere) is a `system:` identity, not a listed controller.
     for user in [
@@ -406,6 +565,7 @@ fn only_listed_controllers_may_create_owned_pods_unchecked() {
         ),
     );
     assert_eq!(d.reason, Reason::OwnedByController);
+    assert!(d.allowed());
 }
 
 // --- the chart counted less than the binary -------------------------------------------

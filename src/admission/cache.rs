@@ -231,6 +231,9 @@ pub struct ClaimEntry {
     pub labels: Arc<BTreeMap<String, String>>,
     /// The pod that owns it (claims made from a pod's templates).
     pub pod: Option<String>,
+    /// Devices are allocated to it (`status.allocation`): they are held until the claim
+    /// is deallocated, whatever became of the pod that owns it.
+    pub allocated: bool,
 }
 
 /// A ResourceClaim's entry (GPUs by the gate's rules for a claim).
@@ -256,6 +259,7 @@ pub fn read_claim(object: &Value, resources: &GpuResources) -> Result<Option<Cla
                 &object["metadata"]["labels"],
             )),
             pod,
+            allocated: !object["status"]["allocation"].is_null(),
         })),
         Ok(_) => Ok(None),
         Err(e) => Err(e.to_string()),
@@ -391,12 +395,13 @@ pub fn build(folds: &Folds) -> Snapshot {
         if claim.gpus <= 0.0 {
             continue;
         }
-        // A claim made for a pod holds GPUs while the pod runs, under the pod's labels.
+        // A claim made for a pod holds GPUs while the pod runs, under the pod's labels,
+        // and while its devices stay allocated after the pod finished.
         let owner = claim
             .pod
             .as_ref()
             .and_then(|p| folds.pods.items.get(&(ns.clone(), p.clone())));
-        if owner.is_some_and(|p| p.finished) {
+        if owner.is_some_and(|p| p.finished) && !claim.allocated {
             continue;
         }
         let labels = owner.map_or_else(|| claim.labels.clone(), |p| p.labels.clone());

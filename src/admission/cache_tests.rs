@@ -140,3 +140,56 @@ fn pods_claims_and_nodes_are_kept_as_the_gate_needs_them() {
         .unwrap();
     assert_eq!(s.per_replica, 8.0);
 }
+
+#[test]
+fn a_claim_holds_its_gpus_while_its_devices_are_allocated_whatever_became_of_its_pod() {
+    let r = GpuResources::default();
+    let pod = |phase: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "a", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c"}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "eight"}]},
+            "status": {"phase": phase}})
+    };
+    let claim = |allocated: bool| {
+        let mut c = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "p-gpu", "namespace": "a",
+                "ownerReferences": [{"kind": "Pod", "name": "p", "controller": true}]},
+            "spec": {"devices": {"requests": [{"name": "g",
+                "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}]}}});
+        if allocated {
+            c["status"] = json!({"allocation": {"devices": {"results": [
+                {"request": "g", "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0"}]}}});
+        }
+        c
+    };
+    let held = |phase: &str, allocated: bool| {
+        let mut folds = Folds {
+            policies: Fold::new(true),
+            attestations: Fold::new(false),
+            namespaces: Fold::new(false),
+            templates: None,
+            claims: Some(Fold::new(false)),
+            pods: Fold::new(false),
+            scalable: HashMap::new(),
+            nodes: None,
+        };
+        let key = ("a".to_string(), "p".to_string());
+        folds
+            .pods
+            .items
+            .insert(key, read_pod(&pod(phase), &r).unwrap().unwrap());
+        folds.claims.as_mut().unwrap().items.insert(
+            ("a".to_string(), "p-gpu".to_string()),
+            read_claim(&claim(allocated), &r).unwrap().unwrap(),
+        );
+        build(&folds).held_gpus("a")
+    };
+    assert_eq!(held("Running", false), 8.0, "reserved for a running pod");
+    assert_eq!(held("Running", true), 8.0);
+    // The pod finished, but the devices are still allocated to its claim: still held.
+    assert_eq!(held("Succeeded", true), 8.0);
+    assert_eq!(held("Failed", true), 8.0);
+    // Deallocated after the pod finished: free.
+    assert_eq!(held("Succeeded", false), 0.0);
+}

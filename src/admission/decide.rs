@@ -30,6 +30,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde_json::Value;
 
+use super::budget::{self, month_end, month_of};
 use super::message;
 pub use super::model::{Check, Decision, Reason, Verdict};
 use super::review::{AdmissionRequest, Operation};
@@ -198,22 +199,6 @@ impl ClaimTemplates for Facts<'_> {
     }
 }
 
-/// The month of `now` as `YYYY-MM` (UTC), the key of published namespace spend.
-pub fn month_of(now: Timestamp) -> String {
-    now.strftime("%Y-%m").to_string()
-}
-
-/// The first instant of the month after `now` (UTC).
-pub fn month_end(now: Timestamp) -> Timestamp {
-    let date = now.to_zoned(jiff::tz::TimeZone::UTC).date();
-    let first = date.first_of_month();
-    first
-        .checked_add(jiff::Span::new().months(1))
-        .ok()
-        .and_then(|d| d.to_zoned(jiff::tz::TimeZone::UTC).ok())
-        .map_or(now, |z| z.timestamp())
-}
-
 /// The GpuPolicy whose admission rules apply in a namespace labelled `namespace_labels`:
 /// among the policies with `spec.admission` whose `match.namespaceSelector` selects it,
 /// the highest `priority`, then the alphabetically first name. Workload labels and kinds
@@ -281,12 +266,12 @@ pub fn admit(
     // ownerReference: a person (or a token the team holds) could write one by hand to slip
     // a bare pod past the gate, so theirs is counted as if the reference were not there.
     let counted = match counted {
-        Ok(Counted::OwnedBy { .. })
+        Ok(Counted::OwnedBy { kind, name })
             if settings
                 .trusted_controllers
                 .contains(&request.user_info.username) =>
         {
-            return Decision::allow(Reason::OwnedByController);
+            return admit_owned(request, object, (&kind, &name), snapshot, settings, now);
         }
         Ok(Counted::OwnedBy { .. }) => gpus::count(
             &without_owners(object),
@@ -327,12 +312,29 @@ pub fn admit(
                 old.clone()
             };
             match gpus::count(&old, &request.namespace, &settings.resources, &facts) {
-                Ok(Counted::Claim(before)) => Some(before),
+                // A suspended Job (JobSet, RayJob, Kubeflow job) holds nothing: resuming
+                // it claims all of its GPUs again, and is judged as such.
+                Ok(Counted::Claim(before)) if !resumed(&old, object) => Some(before),
                 _ => None,
             }
         }
         _ => None,
     };
+    // KAI's GPU share of a pod that exists cannot change: the pod keeps the share it was
+    // admitted and scheduled with, and an edit would only hide it from the count.
+    if let (Operation::Update, Some(old)) = (&request.operation, &request.old_object)
+        && request.kind.kind == "Pod"
+        && let Some(annotation) = changed_share_annotation(old, object)
+    {
+        let text = message::share_changed(&gate.subject(), annotation);
+        return gate.finish(
+            Reason::ShareChanged,
+            text,
+            Some(claim.gpus),
+            None,
+            Vec::new(),
+        );
+    }
     // Devices reached around the count: only what this write adds (an update that keeps
     // what the object had, such as a label edit or the garbage collector's, goes in).
     let new_grants: Vec<&gpus::DeviceGrant> = claim
@@ -379,6 +381,126 @@ pub fn admit(
         }
     }
     decision
+}
+
+/// KAI scheduler's annotations that give a pod a share of a GPU.
+const SHARE_ANNOTATIONS: [&str; 2] = ["gpu-fraction", "gpu-memory"];
+
+/// The share annotation an update adds, removes or changes, if any.
+fn changed_share_annotation(old: &Value, new: &Value) -> Option<&'static str> {
+    SHARE_ANNOTATIONS
+        .into_iter()
+        .find(|a| old["metadata"]["annotations"][*a] != new["metadata"]["annotations"][*a])
+}
+
+/// Whether a Job-like object is suspended (`spec.suspend`, Kubeflow's
+/// `spec.runPolicy.suspend`): it holds no GPUs until it is resumed.
+fn suspended(object: &Value) -> bool {
+    object["spec"]["suspend"] == Value::Bool(true)
+        || object["spec"]["runPolicy"]["suspend"] == Value::Bool(true)
+}
+
+/// An update that resumes a suspended object: it claims all of its GPUs again.
+fn resumed(old: &Value, new: &Value) -> bool {
+    suspended(old) && !suspended(new)
+}
+
+/// A write by a listed controller of an object it owns for a gated owner (the pods of a
+/// ReplicaSet, the Jobs of a CronJob, the ReplicaSet a resumed Deployment rolls out, the
+/// ResourceClaims of a pod's templates). Its owner passed the gate, so no attestation is
+/// asked again, but what it adds must still fit the namespace's total (G1) and budget
+/// (G3): the owner was judged against what the namespace held then, and a CronJob's run,
+/// a resumed Deployment, a claim template created after its workload add GPUs now.
+fn admit_owned(
+    request: &AdmissionRequest,
+    object: &Value,
+    owner: (&str, &str),
+    snapshot: &Snapshot,
+    settings: &Settings,
+    now: Timestamp,
+) -> Decision {
+    let facts = Facts(snapshot);
+    let count = |v: &Value| match gpus::count(
+        &without_owners(v),
+        &request.namespace,
+        &settings.resources,
+        &facts,
+    ) {
+        Ok(Counted::Claim(c)) => Some(c),
+        _ => None,
+    };
+    let allow = Decision::allow(Reason::OwnedByController);
+    let Some(claim) = count(object) else {
+        return allow;
+    };
+    let Some(gate) = Gate::new(
+        request,
+        snapshot,
+        workload_name(request, object),
+        &request.kind.kind,
+    ) else {
+        return allow;
+    };
+    let before = match (&request.operation, &request.old_object) {
+        (Operation::Update, Some(old)) if !resumed(old, object) => count(old),
+        _ => None,
+    };
+    let own = |c: &Claim| (c.gpus - c.named_claim_gpus).max(0.0);
+    let added = (own(&claim) - before.as_ref().map_or(0.0, own)).max(0.0);
+    if added <= 0.0 {
+        return allow;
+    }
+    let held = snapshot.held_gpus(&request.namespace);
+    let standing: Vec<&ReadinessAttestation> = snapshot
+        .attestations
+        .get(&request.namespace)
+        .into_iter()
+        .flatten()
+        .map(|a| a.as_ref())
+        .filter(|a| standing(a, now))
+        .collect();
+    let allowance = gate.allowance();
+    let capacity = allowance + total(standing.iter().map(|a| f64::from(a.spec.max_gpus)));
+    let subject = gate.subject();
+    if held + added > capacity {
+        let text = message::owned_over_allowance(
+            &subject, owner, claim.gpus, held, added, allowance, capacity,
+        );
+        return gate.finish(
+            Reason::OverAllowance,
+            text,
+            Some(claim.gpus),
+            None,
+            Vec::new(),
+        );
+    }
+    if let Some(budget_usd) = gate.rules.monthly_budget_usd {
+        let month = month_of(now);
+        let spent = gate.policy.spend_of(&request.namespace, &month);
+        let hourly = budget::hourly_usd(gate.policy);
+        let cost = budget::committed_usd(added, hourly, now);
+        let committed = budget::committed_usd(held, hourly, now);
+        if spent + committed + cost > budget_usd {
+            let text = message::over_budget(
+                &subject,
+                claim.gpus,
+                cost,
+                message::Spend {
+                    spent,
+                    held,
+                    committed,
+                    budget: budget_usd,
+                },
+                &month,
+            );
+            return gate.finish(Reason::OverBudget, text, Some(claim.gpus), None, Vec::new());
+        }
+    }
+    Decision {
+        gpus: Some(claim.gpus),
+        policy: gate.policy.metadata.name.clone(),
+        ..allow
+    }
 }
 
 fn without_owners(object: &Value) -> Value {
@@ -668,21 +790,34 @@ impl<'a> Gate<'a> {
                 }
             })
         };
-        // G3: what the claim costs until the month ends (or the attestation expires) must
-        // fit what is left of the budget; over it, the namespace gets no new GPUs.
+        // G3, a namespace total: what the claim costs until the month ends (or the
+        // attestation expires), added to what the GPUs the namespace holds now cost until
+        // the month ends, must fit what is left of the budget; over it, no new GPUs.
         if let Some(budget) = self.rules.monthly_budget_usd
             && added > 0.0
         {
             let month = month_of(now);
             let spent = self.policy.spend_of(self.namespace, &month);
+            let hourly = budget::hourly_usd(self.policy);
             let mut until = month_end(now);
             if let Some(a) = covering {
                 until = until.min(a.spec.expires_at.0);
             }
-            let hours = (until.as_second() - now.as_second()).max(0) as f64 / 3600.0;
-            let cost = added * self.hourly_usd() * hours;
-            if spent + cost > budget {
-                let text = message::over_budget(&subject, gpus, cost, spent, budget, &month);
+            let cost = added * hourly * budget::hours_until(now, until);
+            let committed = budget::committed_usd(held_total, hourly, now);
+            if spent + committed + cost > budget {
+                let text = message::over_budget(
+                    &subject,
+                    gpus,
+                    cost,
+                    message::Spend {
+                        spent,
+                        held: held_total,
+                        committed,
+                        budget,
+                    },
+                    &month,
+                );
                 return self.finish(Reason::OverBudget, text, Some(gpus), None, warnings);
             }
         }
@@ -695,18 +830,6 @@ impl<'a> Gate<'a> {
                 self.finish(reason, text, Some(gpus), attestation, warnings)
             }
         }
-    }
-
-    /// The price of a GPU-hour a claim is charged at: the policy's dearest, since the
-    /// gate cannot know which model the pods will get.
-    fn hourly_usd(&self) -> f64 {
-        let cost = &self.policy.spec.cost;
-        cost.by_model
-            .values()
-            .copied()
-            .filter(|p| p.is_finite())
-            .fold(cost.default_hourly_usd, f64::max)
-            .max(0.0)
     }
 }
 

@@ -133,24 +133,37 @@ pub fn unresolved_claims(s: &Subject, names: &[String]) -> String {
     )
 }
 
-pub fn over_budget(
-    s: &Subject,
-    gpus: f64,
-    cost: f64,
-    spent: f64,
-    budget: f64,
-    month: &str,
-) -> String {
+/// A namespace's standing against its monthly budget.
+pub struct Spend {
+    /// Spent so far this month.
+    pub spent: f64,
+    /// GPUs it holds now.
+    pub held: f64,
+    /// What those cost until the month ends.
+    pub committed: f64,
+    pub budget: f64,
+}
+
+pub fn over_budget(s: &Subject, gpus: f64, cost: f64, spend: Spend, month: &str) -> String {
+    let holding = if spend.held > 0.0 {
+        format!(
+            ", and the {} GPUs it holds now will cost about {} USD more by then",
+            gpu_count(spend.held),
+            usd(spend.committed)
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{} claims {} GPUs, which would cost about {} USD by the end of {month}, and namespace {} has used {} of its {} USD budget for {month} under GpuPolicy {:?}, leaving {} USD; ask the platform team to raise spec.admission.monthlyBudgetUsd, or claim fewer GPUs (see {DOCS}).",
+        "{} claims {} GPUs, which would cost about {} USD by the end of {month}, and namespace {} has used {} of its {} USD budget for {month} under GpuPolicy {:?}{holding}, leaving {} USD; ask the platform team to raise spec.admission.monthlyBudgetUsd, or claim fewer GPUs (see {DOCS}).",
         s.who(),
         gpu_count(gpus),
         usd(cost),
         s.namespace,
-        usd(spent),
-        usd(budget),
+        usd(spend.spent),
+        usd(spend.budget),
         s.policy,
-        usd((budget - spent).max(0.0)),
+        usd((spend.budget - spend.spent - spend.committed).max(0.0)),
     )
 }
 
@@ -183,6 +196,42 @@ pub fn over_allowance(
         gpu_count(allowance),
         gpu_count(added),
         s.namespace,
+    )
+}
+
+/// An object a listed controller makes for a gated owner (a CronJob's Job, a
+/// ReplicaSet's pod, a pod's ResourceClaim) that would take the namespace past its total.
+pub fn owned_over_allowance(
+    s: &Subject,
+    owner: (&str, &str),
+    gpus: f64,
+    held: f64,
+    added: f64,
+    allowance: f64,
+    capacity: f64,
+) -> String {
+    format!(
+        "{}, which {} {} creates, claims {} GPUs, but namespace {} already holds {} GPUs and may hold {} under GpuPolicy {:?} ({} without an attestation plus the maxGpus of its approved, unexpired ReadinessAttestations), so {} more do not fit; free GPUs, or create a ReadinessAttestation for the workload and ask an approver to run `gpu-reaper attest approve {}/<name>` (see {DOCS}).",
+        s.who(),
+        owner.0,
+        owner.1,
+        gpu_count(gpus),
+        s.namespace,
+        gpu_count(held),
+        gpu_count(capacity),
+        s.policy,
+        gpu_count(allowance),
+        gpu_count(added),
+        s.namespace,
+    )
+}
+
+/// An update of a running pod's KAI GPU share.
+pub fn share_changed(s: &Subject, annotation: &str) -> String {
+    format!(
+        "{} may not change its {annotation:?} annotation after it is created: it is the pod's GPU share, which the GPU budget gate of GpuPolicy {:?} counts; delete the pod and create it with the share it needs (see {DOCS}).",
+        s.who(),
+        s.policy
     )
 }
 

@@ -10,6 +10,7 @@
 
 pub mod approve;
 pub mod attestation;
+pub mod budget;
 pub mod cache;
 pub mod check;
 pub mod decide;

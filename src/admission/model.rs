@@ -8,7 +8,8 @@ use jiff::Timestamp;
 pub enum Reason {
     /// Not a write the gate reviews (delete, connect, a kind that claims no GPUs).
     NotAClaim,
-    /// A pod created by a controller: the controller's object was gated.
+    /// An object a listed controller created or changed for a gated owner, within the
+    /// namespace's total and budget: the owner was gated.
     OwnedByController,
     /// No GpuPolicy matches, or the matching one has no admission rules.
     NoPolicy,
@@ -46,6 +47,9 @@ pub enum Reason {
     /// variable such as `NVIDIA_VISIBLE_DEVICES`, a device hostPath, NVIDIA's device-list
     /// mount, a privileged container), so no count would see them.
     UncountedDevices,
+    /// An update that changes the KAI GPU share (`gpu-fraction`, `gpu-memory`) of a pod
+    /// that exists.
+    ShareChanged,
     /// A ReadinessAttestation write that is valid.
     AttestationValid,
     /// A ReadinessAttestation write that breaks a rule CEL cannot express.
@@ -74,6 +78,7 @@ impl Reason {
             Reason::SelfApproval => "self_approval",
             Reason::Unreadable => "unreadable",
             Reason::UncountedDevices => "uncounted_devices",
+            Reason::ShareChanged => "share_changed",
             Reason::AttestationValid => "attestation_valid",
             Reason::AttestationInvalid => "attestation_invalid",
         }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 
+use super::budget;
 use super::decide::{Check, check_attestation, standing};
 use crate::api::attestation::APPROVED;
 use crate::api::conditions::condition;
@@ -44,6 +45,24 @@ pub fn allowed_gpus(
         .map(|a| u64::from(a.spec.max_gpus))
         .sum();
     allowance + attested
+}
+
+/// The quota's figure for `namespace`: what G1 lets it hold ([`allowed_gpus`]), and no
+/// more than its monthly budget pays for from `now` to the month's end at the policy's
+/// dearest GPU-hour (G3 as a namespace total: the API server then refuses the pod that
+/// would commit the namespace past its budget, even while the webhook is down).
+pub fn figure(
+    policy: &GpuPolicy,
+    rules: &AdmissionSpec,
+    namespace: &str,
+    attestations: &[&ReadinessAttestation],
+    now: Timestamp,
+) -> u64 {
+    let affordable = rules.monthly_budget_usd.and_then(|b| {
+        let spent = policy.spend_of(namespace, &budget::month_of(now));
+        budget::affordable_gpus(b, spent, budget::hourly_usd(policy), now)
+    });
+    allowed_gpus(rules, attestations, now).min(affordable.unwrap_or(u64::MAX))
 }
 
 /// The quota key of an extended resource (the API server takes only `requests.` for
@@ -277,6 +296,27 @@ mod tests {
         let used = BTreeMap::from([("requests.nvidia.com/gpu".to_string(), Quantity("99".into()))]);
         let hard = hard_limits(72, &GpuResources::default(), &[], Some(&used));
         assert_eq!(hard["requests.nvidia.com/gpu"], Quantity("72".into()));
+    }
+
+    #[test]
+    fn the_figure_stops_at_what_the_budget_pays_for_until_the_month_ends() {
+        let mut p = policy();
+        p.spec.cost.default_hourly_usd = 2.0;
+        p.spec.admission.as_mut().unwrap().monthly_budget_usd = Some(12_000.0);
+        p.status = serde_json::from_value(json!({"namespaceSpend": [
+            {"namespace": "team-a", "month": "2026-11", "spentUsd": 2000.0}]}))
+        .unwrap();
+        let rules = p.spec.admission.clone().unwrap();
+        let good = attestation(1, 1, "2030-01-01T00:00:00Z", 64);
+        // 21 days left at 2 USD per GPU-hour: 1,008 USD a GPU; the 10,000 USD left pays
+        // for 9 GPUs, not the 72 the attestation allows.
+        assert_eq!(figure(&p, &rules, "team-a", &[&good], now()), 9);
+        // Another namespace has spent nothing: 11 GPUs.
+        assert_eq!(figure(&p, &rules, "team-b", &[&good], now()), 11);
+        // Without a budget, G1 alone.
+        let mut free = rules.clone();
+        free.monthly_budget_usd = None;
+        assert_eq!(figure(&p, &free, "team-a", &[&good], now()), 72);
     }
 
     #[test]

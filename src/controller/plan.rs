@@ -420,7 +420,7 @@ pub fn accrue_spend(
     hourly_by_namespace: &BTreeMap<String, f64>,
     max_gap: SignedDuration,
 ) -> Vec<NamespaceSpend> {
-    let month = crate::admission::decide::month_of(now);
+    let month = crate::admission::budget::month_of(now);
     let month_start: Timestamp = format!("{month}-01T00:00:00Z").parse().unwrap_or(now);
     let elapsed = last.map_or(SignedDuration::ZERO, |last| {
         now.duration_since(last.max(month_start))

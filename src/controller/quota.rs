@@ -21,7 +21,8 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch
 use kube::{Client, Resource};
 use serde_json::json;
 
-use crate::admission::decide::{admission_policy, month_of};
+use crate::admission::budget::month_of;
+use crate::admission::decide::admission_policy;
 use crate::admission::quota::{self, POLICY_LABEL, QUOTA_NAME};
 use crate::api::policy::AdmissionMode;
 use crate::api::{GpuPolicy, ReadinessAttestation};
@@ -151,8 +152,8 @@ impl QuotaKeeper {
             governed.insert(namespace.clone());
             let standing: Vec<&ReadinessAttestation> =
                 attestations.get(namespace).into_iter().flatten().collect();
-            let allowed = quota::allowed_gpus(rules, &standing, now);
             let current = existing.get(namespace);
+            let allowed = quota::figure(policy, rules, namespace, &standing, now);
             let over_budget = rules
                 .monthly_budget_usd
                 .is_some_and(|budget| policy.spend_of(namespace, &month_of(now)) >= budget);
