@@ -1703,3 +1703,386 @@ fn gpus_reached_through_nvidia_visible_devices_or_a_device_host_path_are_refused
         None,
     );
 }
+
+// --- the namespace's total where pieces meet, on the live cluster ----------------------
+
+/// The chart's gate (its default failure policies) on the real control plane, governing
+/// one namespace under `admission` rules, and an ordinary `edit` user of it.
+struct LiveGate {
+    cluster: &'static common::cluster::Cluster,
+    ns: String,
+    gate: common::chart::Gate,
+    kubeconfig: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _cleanup: common::chart::Cleanup,
+}
+
+impl LiveGate {
+    fn start(prefix: &str, policy_spec: &str) -> Self {
+        use common::chart::{Cleanup, Gate, render};
+        use common::cluster::{cluster, unique, wait_until};
+        let cluster = cluster();
+        cluster.install_crds();
+        let mut cleanup = Cleanup::new(cluster);
+        let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
+        cleanup.add("namespace", &system);
+        let ns = cluster.namespace(prefix, &[]);
+        cleanup.add("namespace", &ns);
+        let policy = format!("gate-{ns}");
+        cluster.apply(&format!(
+            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}\n{policy_spec}"
+        ));
+        cleanup.add("gpupolicy", &policy);
+        let release = format!("{prefix}-{}", unique());
+        // The chart's own failure policies: workloads Ignore, GPU pods and claims Fail.
+        let values = json!({"controller": {"enabled": false}, "samplePolicy": {"enabled": false}});
+        let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
+        let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
+        cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
+        gate.wait_called(&ns);
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = edit_user(cluster, &[&ns], dir.path());
+        let live = LiveGate {
+            cluster,
+            ns,
+            gate,
+            kubeconfig,
+            _dir: dir,
+            _cleanup: cleanup,
+        };
+        wait_until("the edit user may create deployments", || {
+            live.dev(&["auth", "can-i", "create", "deployments", "-n", &live.ns], "")
+                .stdout
+                .trim()
+                == "yes"
+        });
+        live
+    }
+
+    /// kubectl as the `edit` user.
+    fn dev(&self, args: &[&str], stdin: &str) -> common::cluster::Run {
+        common::cluster::run_with_stdin(
+            std::process::Command::new(self.cluster.bin("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(args),
+            Some(stdin),
+        )
+    }
+
+    fn apply(&self, manifest: &str) -> common::cluster::Run {
+        self.dev(&["apply", "-f", "-"], manifest)
+    }
+
+    /// Waits until the gate's caches hold what the namespace runs: a server-side dry run
+    /// of `manifest` is refused.
+    fn wait_refused(&self, what: &str, manifest: &str) {
+        common::cluster::wait_until(what, || {
+            !self
+                .dev(&["apply", "--dry-run=server", "-f", "-"], manifest)
+                .ok
+        });
+    }
+
+    fn pods(&self, selector: &str) -> usize {
+        self.cluster
+            .list("pods", &self.ns, Some(selector))
+            .into_iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .count()
+    }
+
+    /// Waits (up to `patience`) for an Event in the namespace whose message contains every
+    /// one of `says`.
+    fn wait_event(&self, what: &str, says: &[&str], patience: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let events = self.cluster.list("events", &self.ns, None);
+            if let Some(found) = events
+                .iter()
+                .filter_map(|e| e["message"].as_str())
+                .find(|m| says.iter().all(|s| m.contains(s)))
+            {
+                return found.to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; the namespace's events: {events:#?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+}
+
+/// A Deployment of `replicas` pods, each with `quantity` of `resource`.
+fn live_deployment(ns: &str, name: &str, resource: &str, quantity: &str) -> String {
+    let limits = if resource.is_empty() {
+        json!({})
+    } else {
+        json!({resource: quantity})
+    };
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:v0.6.3",
+                    "resources": {"limits": limits}}]}}}})
+    .to_string()
+}
+
+/// A ResourceQuota bounds each GPU resource on its own, so with the webhook down one
+/// namespace held 8 AMD + 8 NVIDIA GPUs + MIG slices worth 4 against an allowance of 8.
+/// With the gate up the sum is refused at `kubectl apply`; with the gate down (the
+/// webhook process stopped, its configuration registered, the chart's default failure
+/// policies) workloads still go in but no GPU pod is created, and pods without GPUs are
+/// not held up.
+#[test]
+fn live_gpu_resources_add_up_to_one_total_and_with_the_gate_down_no_gpu_pod_starts() {
+    let mut g = LiveGate::start("sum", "  admission: {largeClaimGpus: 8, mode: Enforce}\n");
+    let ns = g.ns.clone();
+    let amd = live_deployment(&ns, "amd", "amd.com/gpu", "8");
+    let applied = g.apply(&amd);
+    assert!(applied.ok, "{}", applied.stderr);
+    common::cluster::wait_until("the AMD pod", || g.pods("app=amd") == 1);
+    let nvidia = live_deployment(&ns, "nvidia", "nvidia.com/gpu", "8");
+    g.wait_refused("the gate counts the AMD pod", &nvidia);
+    for (name, manifest, gpus) in [
+        ("nvidia", nvidia.clone(), "8"),
+        (
+            "mig",
+            live_deployment(&ns, "mig", "nvidia.com/mig-1g.10gb", "28"),
+            "4",
+        ),
+    ] {
+        let applied = g.apply(&manifest);
+        assert!(!applied.ok, "{name} admitted: {}", applied.stdout);
+        assert!(
+            applied.stderr.contains(&format!(
+                "Deployment {ns}/{name} claims {gpus} GPUs, but namespace {ns} already holds 8 GPUs"
+            )),
+            "{}",
+            applied.stderr
+        );
+    }
+
+    g.gate.stop();
+    let applied = g.apply(&nvidia);
+    assert!(applied.ok, "workloads are not held up: {}", applied.stderr);
+    let refusal = g.wait_event(
+        "the ReplicaSet's pods refused while the gate is down",
+        &["failed calling webhook", "pods.budget-gate.gpureaper.io"],
+        common::cluster::PATIENCE,
+    );
+    assert_eq!(g.pods("app=nvidia"), 0, "{refusal}");
+    let cpu = live_deployment(&ns, "web", "", "");
+    let applied = g.apply(&cpu);
+    assert!(applied.ok, "{}", applied.stderr);
+    common::cluster::wait_until("the pod without GPUs", || g.pods("app=web") == 1);
+    assert_eq!(g.pods("app=nvidia"), 0);
+}
+
+/// What the namespace holds changes after admission: a KAI pod's `gpu-fraction` removed,
+/// a suspended Job resumed, a CronJob admitted when the namespace had room running when
+/// it has none. Each is refused with one sentence (at `kubectl apply`, or on the CronJob
+/// as its run is created), not left to a trickle of quota refusals, and nothing more is
+/// held.
+#[test]
+fn live_kai_shares_resumed_jobs_and_cronjob_runs_are_held_to_the_namespace_total() {
+    let g = LiveGate::start("later", "  admission: {largeClaimGpus: 8, mode: Enforce}\n");
+    let ns = g.ns.clone();
+    // A CronJob whose first run is two to three minutes away, admitted while the
+    // namespace holds nothing.
+    let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(150);
+    let at = at.to_zoned(jiff::tz::TimeZone::UTC);
+    let nightly = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": ns},
+        "spec": {"schedule": format!("{} {} * * *", at.minute(), at.hour()), "timeZone": "Etc/UTC",
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "trainer",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}});
+    let applied = g.apply(&nightly.to_string());
+    assert!(applied.ok, "{}", applied.stderr);
+    // A suspended 8-GPU Job: it holds nothing yet.
+    let later = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "later", "namespace": ns},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "trainer",
+                "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}});
+    let applied = g.apply(&later.to_string());
+    assert!(applied.ok, "{}", applied.stderr);
+    // Half a GPU through KAI, and a 7-GPU server: 7.5 of 8.
+    let frac = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "frac", "namespace": ns, "annotations": {"gpu-fraction": "0.5"}},
+        "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "main", "image": "x"}]}});
+    let applied = g.apply(&frac.to_string());
+    assert!(applied.ok, "{}", applied.stderr);
+    let applied = g.apply(&live_deployment(&ns, "serve", "nvidia.com/gpu", "7"));
+    assert!(applied.ok, "{}", applied.stderr);
+    common::cluster::wait_until("the server's pod", || g.pods("app=serve") == 1);
+    g.wait_refused(
+        "the gate counts the server and the KAI pod",
+        &live_deployment(&ns, "one", "nvidia.com/gpu", "1"),
+    );
+
+    // The share cannot be edited away.
+    let edited = g.dev(&["annotate", "pod", "frac", "-n", &ns, "gpu-fraction-"], "");
+    assert!(!edited.ok, "{}", edited.stdout);
+    assert!(
+        edited.stderr.contains(&format!(
+            "Pod {ns}/frac may not change its \"gpu-fraction\" annotation after it is created"
+        )),
+        "{}",
+        edited.stderr
+    );
+    // Resuming the Job claims its 8 GPUs again.
+    let resumed = g.dev(
+        &[
+            "patch",
+            "job",
+            "later",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":false}}"#,
+        ],
+        "",
+    );
+    assert!(!resumed.ok, "{}", resumed.stdout);
+    assert!(
+        resumed
+            .stderr
+            .contains(&format!("denied the request: Job {ns}/later claims 8 GPUs")),
+        "{}",
+        resumed.stderr
+    );
+    // The CronJob's run (at most 150 s after it was created) is refused on the CronJob,
+    // with the sentence.
+    let refusal = g.wait_event(
+        "the CronJob's run refused",
+        &[
+            "which CronJob nightly creates, claims 8 GPUs",
+            &format!("namespace {ns} already holds 7.50 GPUs"),
+        ],
+        std::time::Duration::from_secs(150) + common::cluster::PATIENCE,
+    );
+    assert!(
+        g.cluster.list("jobs", &ns, None).len() == 1,
+        "only the suspended Job: {refusal}"
+    );
+    assert_eq!(g.pods("app=serve") + g.pods("job-name=later"), 1);
+}
+
+/// G3 was checked per claim: one 8-GPU claim was refused as over the month's budget, two
+/// 4-GPU claims back to back were admitted (178 % of it). What the namespace holds now
+/// counts until the month ends.
+#[test]
+fn live_two_claims_back_to_back_never_cross_the_months_budget() {
+    let now = jiff::Timestamp::now();
+    let hours_left = gpu_reaper::admission::budget::hours_until(
+        now,
+        gpu_reaper::admission::budget::month_end(now),
+    );
+    // 1 USD a GPU-hour: the budget pays for 6.5 GPUs from now to the month's end.
+    let budget = (6.5 * hours_left).round();
+    let g = LiveGate::start(
+        "budget",
+        &format!(
+            "  cost: {{defaultHourlyUsd: 1}}\n  admission: {{largeClaimGpus: 8, mode: Enforce, monthlyBudgetUsd: {budget}}}\n"
+        ),
+    );
+    let ns = g.ns.clone();
+    let first = live_deployment(&ns, "first", "nvidia.com/gpu", "4");
+    let applied = g.apply(&first);
+    assert!(applied.ok, "{}", applied.stderr);
+    common::cluster::wait_until("the first claim's pod", || g.pods("app=first") == 1);
+    let second = live_deployment(&ns, "second", "nvidia.com/gpu", "4");
+    g.wait_refused("the gate counts the first claim", &second);
+    let applied = g.apply(&second);
+    assert!(!applied.ok, "{}", applied.stdout);
+    assert!(
+        applied.stderr.contains(&format!(
+            "Deployment {ns}/second claims 4 GPUs, which would cost about"
+        )) && applied
+            .stderr
+            .contains("and the 4 GPUs it holds now will cost about"),
+        "{}",
+        applied.stderr
+    );
+    assert_eq!(g.pods("app=second"), 0);
+}
+
+/// A ResourceClaimTemplate created after the workload that names it was counted as
+/// nothing: the workload was admitted with a warning, and the claims the template made
+/// later were a listed controller's writes, never checked. Now the template is counted
+/// as a claim when it is created, and each claim the ResourceClaim controller makes from
+/// it is held to the namespace's total. (The controller's own request is made here with
+/// its identity, `kubectl --as`, so the test does not depend on when its retries run.)
+#[test]
+fn live_a_claim_template_created_after_its_workload_is_counted_when_its_claims_are_made() {
+    let g = LiveGate::start("late", "  admission: {largeClaimGpus: 8, mode: Enforce}\n");
+    let ns = g.ns.clone();
+    let applied = g.apply(&live_deployment(&ns, "serve", "nvidia.com/gpu", "8"));
+    assert!(applied.ok, "{}", applied.stderr);
+    common::cluster::wait_until("the server's pod", || g.pods("app=serve") == 1);
+    g.wait_refused(
+        "the gate counts the server",
+        &live_deployment(&ns, "one", "nvidia.com/gpu", "1"),
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "late", "namespace": ns},
+        "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight"}],
+            "containers": [{"name": "main", "image": "trainer", "resources": {"claims": [{"name": "gpus"}]}}]}});
+    let applied = g.apply(&pod.to_string());
+    assert!(applied.ok, "{}", applied.stderr);
+    assert!(
+        applied.stderr.contains("ResourceClaimTemplate eight"),
+        "a warning names the unknown template: {}",
+        applied.stderr
+    );
+    let devices = json!({"requests": [{"name": "gpus",
+        "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 8}}]});
+    let template = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "eight", "namespace": ns},
+        "spec": {"spec": {"devices": devices}}});
+    let applied = g.apply(&template.to_string());
+    assert!(!applied.ok, "{}", applied.stdout);
+    assert!(
+        applied.stderr.contains(&format!(
+            "ResourceClaimTemplate {ns}/eight claims 8 GPUs, but namespace {ns} already holds 8 GPUs"
+        )),
+        "{}",
+        applied.stderr
+    );
+    // The claim the ResourceClaim controller makes for the pod from such a template.
+    let uid = g.cluster.get("pod", Some(&ns), "late").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"generateName": "late-gpus-", "namespace": ns,
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpus"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "late", "uid": uid,
+                "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"devices": devices}});
+    let made = g.cluster.try_kubectl(
+        &[
+            "--as=system:serviceaccount:kube-system:resource-claim-controller",
+            "create",
+            "-f",
+            "-",
+        ],
+        Some(&claim.to_string()),
+    );
+    assert!(!made.ok, "{}", made.stdout);
+    assert!(
+        made.stderr.contains("pods.budget-gate.gpureaper.io")
+            && made.stderr.contains(&format!(
+                ", which Pod late creates, claims 8 GPUs, but namespace {ns} already holds 8 GPUs and may hold 8"
+            )),
+        "{}",
+        made.stderr
+    );
+    assert!(g.cluster.list("resourceclaims", &ns, None).is_empty());
+}

@@ -359,6 +359,14 @@ fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upgrade()
     let hook = &vwc["webhooks"][0];
     assert_eq!(hook["sideEffects"], "None");
     assert_eq!(hook["failurePolicy"], "Ignore");
+    // GPU pods and ResourceClaims fail closed: while the gate is down none is created.
+    let pods = &vwc["webhooks"][1];
+    assert_eq!(pods["name"], "pods.budget-gate.gpureaper.io");
+    assert_eq!(pods["failurePolicy"], "Fail");
+    assert_eq!(
+        pods["namespaceSelector"], hook["namespaceSelector"],
+        "the same namespaces are reviewed"
+    );
     assert_eq!(hook["timeoutSeconds"], 3);
     let excluded = &hook["namespaceSelector"]["matchExpressions"][0]["values"];
     for excluded_ns in ["kube-system", "kube-node-lease", ns.as_str()] {
@@ -371,7 +379,11 @@ fn the_chart_lints_installs_with_defaults_and_keeps_its_certificate_on_upgrade()
             "{excluded_ns} is excluded"
         );
     }
-    assert_eq!(hook["matchConditions"].as_array().unwrap().len(), 2);
+    // Workloads are all sent; pods only when they may reach GPUs (any creator: a
+    // controller's pods are held to the namespace's total).
+    assert!(hook["matchConditions"].is_null());
+    assert_eq!(pods["matchConditions"].as_array().unwrap().len(), 1);
+    assert_eq!(pods["clientConfig"], hook["clientConfig"]);
     let secret = find(&objects, "Secret", &format!("{full}-webhook-tls"));
     assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
     let leaf = String::from_utf8(b64(secret["data"]["tls.crt"].as_str().unwrap())).unwrap();
@@ -550,7 +562,7 @@ fn non_default_values_render_cert_manager_network_policy_and_monitoring() {
     assert!(vwc["webhooks"][0]["clientConfig"]["caBundle"].is_null());
     assert_eq!(vwc["webhooks"][0]["failurePolicy"], "Fail");
     assert!(
-        vwc["webhooks"][0]["matchConditions"][1]["expression"]
+        vwc["webhooks"][1]["matchConditions"][0]["expression"]
             .as_str()
             .unwrap()
             .contains("'amd.com/gpu'"),

@@ -117,19 +117,35 @@ pub fn uncounted_devices(s: &Subject, grant: &DeviceGrant, more: usize) -> Strin
     )
 }
 
+/// The first names of a list, and how many more (a warning stays one line however many
+/// a pod names).
+fn some_names(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
 pub fn unresolved_templates(s: &Subject, names: &[String]) -> String {
     format!(
-        "{} uses ResourceClaimTemplate {} that the GPU budget gate has not seen, so its GPUs there were not counted; create the template before the workload.",
+        "{} uses ResourceClaimTemplate {} that the GPU budget gate has not seen, so its GPUs there were not counted until its claims are made; create the template before the workload.",
         s.who(),
-        names.join(", ")
+        some_names(names)
     )
 }
 
 pub fn unresolved_claims(s: &Subject, names: &[String]) -> String {
     format!(
-        "{} names ResourceClaim {} that the GPU budget gate has not seen, so its GPUs there were not counted; create the claim before the workload.",
+        "{} names ResourceClaim {} that the GPU budget gate has not seen, so its GPUs there were not counted until the claim is made; create the claim before the workload.",
         s.who(),
-        names.join(", ")
+        some_names(names)
     )
 }
 

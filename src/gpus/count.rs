@@ -96,6 +96,7 @@ pub fn count(
         seen_labels: HashMap::new(),
         unresolved: Vec::new(),
         unresolved_claims: Vec::new(),
+        unresolved_seen: HashSet::new(),
         named_claims: HashSet::new(),
         named_claim_gpus: 0.0,
         open_ended: None,

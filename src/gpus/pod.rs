@@ -321,12 +321,12 @@ impl Tally<'_> {
     ) -> Result<f64, CountError> {
         let pod = pod_gpus_detailed(self.ctx, spec.unwrap_or(&Value::Null), path, extra)?;
         for name in pod.unresolved_templates {
-            if !self.unresolved.contains(&name) {
+            if self.unresolved_seen.insert((false, name.clone())) {
                 self.unresolved.push(name);
             }
         }
         for name in pod.unresolved_claims {
-            if !self.unresolved_claims.contains(&name) {
+            if self.unresolved_seen.insert((true, name.clone())) {
                 self.unresolved_claims.push(name);
             }
         }

@@ -31,6 +31,9 @@ pub(super) struct Tally<'a> {
     pub(super) seen_labels: HashMap<u64, Vec<usize>>,
     pub(super) unresolved: Vec<String>,
     pub(super) unresolved_claims: Vec<String>,
+    /// The names in `unresolved` and `unresolved_claims`, so merging the pods' lists stays
+    /// linear (a pod naming tens of thousands of claims no one has seen).
+    pub(super) unresolved_seen: HashSet<(bool, String)>,
     pub(super) named_claims: HashSet<String>,
     pub(super) named_claim_gpus: f64,
     pub(super) open_ended: Option<String>,

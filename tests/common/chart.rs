@@ -343,6 +343,13 @@ impl Gate {
         gate
     }
 
+    /// Stops the webhook process, leaving its configuration registered: the API server
+    /// then applies each webhook's failurePolicy, as when the gate is down.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// What the webhook logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("webhook.log")).unwrap_or_default()
