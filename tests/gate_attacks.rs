@@ -485,6 +485,40 @@ fn resuming_a_suspended_job_claims_its_gpus_again() {
 }
 
 #[test]
+fn resuming_a_deployment_created_paused_claims_its_gpus_at_kubectl_rollout_resume() {
+    let deployment = |paused: bool| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "serve", "namespace": NS},
+            "spec": {"paused": paused, "replicas": 2, "selector": {"matchLabels": {"app": "serve"}},
+                "template": template(json!({"app": "serve"}), 8)}})
+    };
+    let mut s = snapshot(vec![enforce()], vec![]);
+    s.add_held(NS, BTreeMap::new(), 8.0);
+    let resume = request("UPDATE", deployment(false), Some(deployment(true)), "alice");
+    // Created paused, never rolled out: it holds nothing, and resuming it claims 16 GPUs.
+    assert_denied(
+        &decide(&s, &resume),
+        Reason::NoAttestation,
+        "Deployment team-a/serve claims 16 GPUs",
+    );
+    // Paused after it rolled out (its ReplicaSet is cached): its pods are held already,
+    // and a resume that changes nothing else adds nothing.
+    s.add_scalable(
+        (
+            "apps".into(),
+            "replicasets".into(),
+            NS.into(),
+            "serve-6d4b9".into(),
+        ),
+        Scalable {
+            per_replica: 8.0,
+            label_sets: vec![],
+        },
+    );
+    assert_eq!(decide(&s, &resume).reason, Reason::NotIncreased);
+}
+
+#[test]
 fn a_pods_kai_gpu_share_cannot_be_edited_away_after_admission() {
     let pod = |annotations: Value| {
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -1751,9 +1785,12 @@ impl LiveGate {
             _cleanup: cleanup,
         };
         wait_until("the edit user may create deployments", || {
-            live.dev(&["auth", "can-i", "create", "deployments", "-n", &live.ns], "")
-                .stdout
-                .trim()
+            live.dev(
+                &["auth", "can-i", "create", "deployments", "-n", &live.ns],
+                "",
+            )
+            .stdout
+            .trim()
                 == "yes"
         });
         live

@@ -1089,8 +1089,8 @@ fn the_installed_chart_gates_and_reaps_as_its_own_service_accounts() {
     );
 
     // A 16-GPU pod with a hand-written controller reference: gated when a token of the
-    // namespace's own ServiceAccounts writes it (the chart's matchCondition sends it to
-    // the webhook, which counts it as bare), admitted from the Job controller's.
+    // namespace's own ServiceAccounts writes it (the webhook counts it as bare), and held
+    // to the namespace's total from the Job controller's.
     let role = format!("{release}-pod-writer");
     cleanup.add("clusterrole", &role);
     cleanup.add("clusterrolebinding", &role);
@@ -1128,12 +1128,17 @@ subjects:
         "the namespace's own ServiceAccount slipped past the gate: {text}"
     );
     assert!(text.contains("budget-gate.gpureaper.io"), "{text}");
-    // kube-controller-manager's identity skips the gate (its Job was gated), but not the
-    // namespace's GPU quota (G2): the API server refuses 16 GPUs where 8 are allowed.
+    // kube-controller-manager's identity is not asked for an attestation (its Job was
+    // gated), but what its pod adds is held to the namespace's total: 16 GPUs where 8 are
+    // allowed are refused by the gate, naming the Job (and by the GPU quota, G2, when the
+    // gate is not there).
     let (ok, text) = apply_as("kube-system", "job-controller");
     assert!(!ok, "{text}");
     assert!(
-        text.contains("exceeded quota: gpu-reaper-gpus") && !text.contains("budget-gate"),
+        text.contains("admission webhook \"pods.budget-gate.gpureaper.io\" denied the request")
+            && text.contains(&format!(
+                "Pod {ml}/by-job-controller, which Job train creates, claims 16 GPUs"
+            )),
         "{text}"
     );
     assert!(cluster.get("pod", Some(&ml), "by-job-controller").is_none());

@@ -313,8 +313,14 @@ pub fn admit(
             };
             match gpus::count(&old, &request.namespace, &settings.resources, &facts) {
                 // A suspended Job (JobSet, RayJob, Kubeflow job) holds nothing: resuming
-                // it claims all of its GPUs again, and is judged as such.
-                Ok(Counted::Claim(before)) if !resumed(&old, object) => Some(before),
+                // it claims all of its GPUs again, and is judged as such; so does a
+                // Deployment created paused, on its first rollout.
+                Ok(Counted::Claim(before))
+                    if !resumed(&old, object)
+                        && !first_rollout(request, &old, object, snapshot) =>
+                {
+                    Some(before)
+                }
                 _ => None,
             }
         }
@@ -403,6 +409,32 @@ fn suspended(object: &Value) -> bool {
 /// An update that resumes a suspended object: it claims all of its GPUs again.
 fn resumed(old: &Value, new: &Value) -> bool {
     suspended(old) && !suspended(new)
+}
+
+/// An update that resumes a Deployment created paused, which has never rolled out (no
+/// ReplicaSet of it is cached): it holds nothing yet, and resuming it claims all of its
+/// GPUs (`kubectl rollout resume`). A paused Deployment that had rolled out keeps its
+/// pods, and its resume is judged on what it changes; the ReplicaSet a resume rolls out
+/// is held to the namespace's total either way ([`admit_owned`]).
+fn first_rollout(
+    request: &AdmissionRequest,
+    old: &Value,
+    new: &Value,
+    snapshot: &Snapshot,
+) -> bool {
+    if request.kind.kind != "Deployment"
+        || old["spec"]["paused"] != Value::Bool(true)
+        || new["spec"]["paused"] == Value::Bool(true)
+    {
+        return false;
+    }
+    let prefix = format!("{}-", request.name);
+    !snapshot.scalable.keys().any(|(group, resource, ns, name)| {
+        group == "apps"
+            && resource == "replicasets"
+            && ns == &request.namespace
+            && name.starts_with(&prefix)
+    })
 }
 
 /// A write by a listed controller of an object it owns for a gated owner (the pods of a
