@@ -66,25 +66,6 @@ impl From<serde_json::Error> for Error {
 }
 
 impl Error {
-    /// Low-cardinality label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::InvalidResource(_) => "invalid_resource",
-            Error::Trace(_) => "trace",
-            Error::Prometheus(_) => "prometheus",
-            Error::MissingSeries(_) => "missing_series",
-            Error::NotReady(_) => "not_ready",
-            Error::InvalidArgument { .. } => "invalid_argument",
-            Error::Io { .. } => "io",
-            Error::Serialize(_) => "serialize",
-            Error::Kube { .. } => "kube",
-            Error::Denied(_) => "denied",
-            Error::Webhook(_) => "webhook",
-            Error::Certificate(_) => "certificate",
-            Error::Controller(_) => "controller",
-        }
-    }
-
     /// Process exit code: 2 for bad input the user can fix, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {

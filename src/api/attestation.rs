@@ -130,27 +130,6 @@ pub struct ReadinessAttestationStatus {
 /// Condition type set by approvers.
 pub const APPROVED: &str = "Approved";
 
-impl ReadinessAttestation {
-    /// Approved for this object and its current spec (invariant 11: an approval binds to
-    /// the uid and generation it approved) and not expired at `now`.
-    pub fn is_valid_at(&self, now: jiff::Timestamp) -> bool {
-        let Some(status) = &self.status else {
-            return false;
-        };
-        let approved = status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == APPROVED && c.status == "True");
-        let generation_matches = match (status.approved_generation, self.metadata.generation) {
-            (Some(approved), Some(current)) => approved == current,
-            _ => false,
-        };
-        approved
-            && generation_matches
-            && status.approves_object(self.metadata.uid.as_deref())
-            && now < self.spec.expires_at.0
-    }
-}
 
 impl ReadinessAttestationStatus {
     /// Whether this approval was made for the object with `uid`. An approval that records

@@ -146,13 +146,6 @@ impl InteractState {
         Ok(Some(Self::new(secret.clone(), client, slack.api().clone())))
     }
 
-    /// Replaces the clock the snooze times are computed from (tests). The timestamp
-    /// check is slack-morphism's, on the system clock.
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// Counts into `metrics` (registered with the process' `/metrics`).
     pub fn with_metrics(mut self, metrics: InteractionMetrics) -> Self {
         self.metrics = metrics;
