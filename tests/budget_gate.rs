@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::chart::{BIN, Cleanup, Gate, render};
-use common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until};
+use common::chart::{BIN, Gate, GatedNamespace};
+use common::cluster::{Cluster, Run, cluster, run_with_stdin, wait_until};
 use common::pki;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -30,44 +30,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SAFETY: Duration = Duration::from_secs(60);
 
-/// One test's gate: a release of the chart (webhook only, failurePolicy Fail) rendered
-/// into `{prefix}-sys-N`, its webhook serving `{prefix}-N`, and a policy for it.
-struct Setup {
-    cluster: &'static Cluster,
-    ns: String,
-    policy: String,
-    gate: Gate,
-    _cleanup: Cleanup,
-}
-
-fn setup(prefix: &str, policy: impl FnOnce(&str, &str) -> String) -> Setup {
-    let cluster = cluster();
-    cluster.install_crds();
-    let mut cleanup = Cleanup::new(cluster);
-    let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
-    cleanup.add("namespace", &system);
-    let ns = cluster.namespace(prefix, &[]);
-    cleanup.add("namespace", &ns);
-    let name = format!("research-{ns}");
-    cluster.apply(&policy(&name, &ns));
-    cleanup.add("gpupolicy", &name);
-    let release = format!("{prefix}-{}", unique());
+/// One test's gate: a release of the chart (webhook only, failurePolicy Fail) for its
+/// own namespace and policy.
+fn setup(prefix: &str, policy: impl FnOnce(&str, &str) -> String) -> GatedNamespace {
     let values = json!({
         "controller": {"enabled": false},
         "samplePolicy": {"enabled": false},
         "webhook": {"failurePolicy": "Fail"},
     });
-    let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
-    let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
-    cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
-    gate.wait_called(&ns);
-    Setup {
-        cluster,
-        ns,
-        policy: name,
-        gate,
-        _cleanup: cleanup,
-    }
+    GatedNamespace::start(prefix, &values, policy)
 }
 
 /// The policy of a test: admission only, for its namespace alone.

@@ -1089,8 +1089,8 @@ mod live {
 
     use serde_json::{Value, json};
 
-    use super::common::chart::{BIN, Cleanup, Gate, render};
-    use super::common::cluster::{Cluster, Run, cluster, run_with_stdin, unique, wait_until};
+    use super::common::chart::{BIN, Cleanup, Gate, GatedNamespace};
+    use super::common::cluster::{Cluster, Run, run_with_stdin, wait_until};
 
     /// One attack's stage: a namespace governed by an Enforce policy (8 GPUs without an
     /// attestation), the chart's webhook (validating and mutating) serving it, the chart's
@@ -1110,19 +1110,6 @@ mod live {
     }
 
     pub fn stage(prefix: &str) -> Stage {
-        let cluster = cluster();
-        cluster.install_crds();
-        let mut cleanup = Cleanup::new(cluster);
-        let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
-        cleanup.add("namespace", &system);
-        let ns = cluster.namespace(prefix, &[]);
-        cleanup.add("namespace", &ns);
-        let policy = format!("research-{ns}");
-        cluster.apply(&format!(
-            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}\n  admission: {{largeClaimGpus: 8, mode: Enforce}}\n"
-        ));
-        cleanup.add("gpupolicy", &policy);
-        let release = format!("{prefix}-{}", unique());
         let values = json!({
             "controller": {"enabled": false},
             "samplePolicy": {"enabled": false},
@@ -1131,7 +1118,19 @@ mod live {
             // binding of her own.
             "attestationRoles": {"aggregateToEdit": false},
         });
-        let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
+        let g = GatedNamespace::start(prefix, &values, |policy, ns| {
+            format!(
+                "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}\n  admission: {{largeClaimGpus: 8, mode: Enforce}}\n"
+            )
+        });
+        let GatedNamespace {
+            cluster,
+            ns,
+            objects,
+            gate,
+            mut cleanup,
+            ..
+        } = g;
         let role = |suffix: &str| -> String {
             let role = objects
                 .iter()
@@ -1162,12 +1161,6 @@ mod live {
         binding("alice-edit", "edit", user("alice"));
         binding("alice-attestations", &editor_role, user("alice"));
         binding("oncall-approves", &approver_role, user("platform-oncall"));
-        let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
-        cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
-        if let Some(mwc) = &gate.mwc_name {
-            cleanup.add("mutatingwebhookconfiguration", mwc);
-        }
-        gate.wait_called(&ns);
         Stage {
             cluster,
             alice: cluster.dir.join("alice.kubeconfig"),
@@ -1751,38 +1744,24 @@ struct LiveGate {
 
 impl LiveGate {
     fn start(prefix: &str, policy_spec: &str) -> Self {
-        use common::chart::{Cleanup, Gate, render};
-        use common::cluster::{cluster, unique, wait_until};
-        let cluster = cluster();
-        cluster.install_crds();
-        let mut cleanup = Cleanup::new(cluster);
-        let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
-        cleanup.add("namespace", &system);
-        let ns = cluster.namespace(prefix, &[]);
-        cleanup.add("namespace", &ns);
-        let policy = format!("gate-{ns}");
-        cluster.apply(&format!(
-            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}\n{policy_spec}"
-        ));
-        cleanup.add("gpupolicy", &policy);
-        let release = format!("{prefix}-{}", unique());
         // The chart's own failure policies: workloads Ignore, GPU pods and claims Fail.
         let values = json!({"controller": {"enabled": false}, "samplePolicy": {"enabled": false}});
-        let objects = render(cluster, &release, &system, &values, &[]).expect("helm template");
-        let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
-        cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
-        gate.wait_called(&ns);
+        let g = common::chart::GatedNamespace::start(prefix, &values, |policy, ns| {
+            format!(
+                "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {policy}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}\n{policy_spec}"
+            )
+        });
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = edit_user(cluster, &[&ns], dir.path());
+        let kubeconfig = edit_user(g.cluster, &[&g.ns], dir.path());
         let live = LiveGate {
-            cluster,
-            ns,
-            gate,
+            cluster: g.cluster,
+            ns: g.ns,
+            gate: g.gate,
             kubeconfig,
             _dir: dir,
-            _cleanup: cleanup,
+            _cleanup: g.cleanup,
         };
-        wait_until("the edit user may create deployments", || {
+        common::cluster::wait_until("the edit user may create deployments", || {
             live.dev(
                 &["auth", "can-i", "create", "deployments", "-n", &live.ns],
                 "",

@@ -201,18 +201,7 @@ pub fn over_allowance(
     allowance: f64,
     capacity: f64,
 ) -> String {
-    format!(
-        "{} claims {} GPUs, but namespace {} already holds {} GPUs and may hold {} under GpuPolicy {:?} ({} without an attestation plus the maxGpus of its approved, unexpired ReadinessAttestations), so {} more do not fit; free GPUs, or create a ReadinessAttestation for the workload and ask an approver to run `gpu-reaper attest approve {}/<name>` (see {DOCS}).",
-        s.who(),
-        gpu_count(gpus),
-        s.namespace,
-        gpu_count(held),
-        gpu_count(capacity),
-        s.policy,
-        gpu_count(allowance),
-        gpu_count(added),
-        s.namespace,
-    )
+    over_total(&s.who(), s, gpus, held, added, allowance, capacity)
 }
 
 /// An object a listed controller makes for a gated owner (a CronJob's Job, a
@@ -226,11 +215,21 @@ pub fn owned_over_allowance(
     allowance: f64,
     capacity: f64,
 ) -> String {
+    let who = format!("{}, which {} {} creates,", s.who(), owner.0, owner.1);
+    over_total(&who, s, gpus, held, added, allowance, capacity)
+}
+
+fn over_total(
+    who: &str,
+    s: &Subject,
+    gpus: f64,
+    held: f64,
+    added: f64,
+    allowance: f64,
+    capacity: f64,
+) -> String {
     format!(
-        "{}, which {} {} creates, claims {} GPUs, but namespace {} already holds {} GPUs and may hold {} under GpuPolicy {:?} ({} without an attestation plus the maxGpus of its approved, unexpired ReadinessAttestations), so {} more do not fit; free GPUs, or create a ReadinessAttestation for the workload and ask an approver to run `gpu-reaper attest approve {}/<name>` (see {DOCS}).",
-        s.who(),
-        owner.0,
-        owner.1,
+        "{who} claims {} GPUs, but namespace {} already holds {} GPUs and may hold {} under GpuPolicy {:?} ({} without an attestation plus the maxGpus of its approved, unexpired ReadinessAttestations), so {} more do not fit; free GPUs, or create a ReadinessAttestation for the workload and ask an approver to run `gpu-reaper attest approve {}/<name>` (see {DOCS}).",
         gpu_count(gpus),
         s.namespace,
         gpu_count(held),

@@ -130,7 +130,6 @@ pub struct ReadinessAttestationStatus {
 /// Condition type set by approvers.
 pub const APPROVED: &str = "Approved";
 
-
 impl ReadinessAttestationStatus {
     /// Whether this approval was made for the object with `uid`. An approval that records
     /// no uid (written before `approvedUid` existed) is taken as this object's: a status

@@ -431,3 +431,49 @@ impl Drop for Cleanup {
         }
     }
 }
+
+/// One test's gate on the shared cluster: a release of the chart rendered with `values`
+/// into `{prefix}-sys-N`, its webhooks serving the namespace `{prefix}-N` alone, and the
+/// GpuPolicy `research-{prefix}-N` written by `policy(name, namespace)`. Everything is
+/// removed when it is dropped.
+pub struct GatedNamespace {
+    pub cluster: &'static Cluster,
+    pub ns: String,
+    pub policy: String,
+    /// What the chart rendered (its roles, its webhook configurations…).
+    pub objects: Vec<Value>,
+    pub gate: Gate,
+    pub cleanup: Cleanup,
+}
+
+impl GatedNamespace {
+    pub fn start(prefix: &str, values: &Value, policy: impl FnOnce(&str, &str) -> String) -> Self {
+        use super::cluster::{cluster, unique};
+        let cluster = cluster();
+        cluster.install_crds();
+        let mut cleanup = Cleanup::new(cluster);
+        let system = cluster.namespace(&format!("{prefix}-sys"), &[]);
+        cleanup.add("namespace", &system);
+        let ns = cluster.namespace(prefix, &[]);
+        cleanup.add("namespace", &ns);
+        let name = format!("research-{ns}");
+        cluster.apply(&policy(&name, &ns));
+        cleanup.add("gpupolicy", &name);
+        let release = format!("{prefix}-{}", unique());
+        let objects = render(cluster, &release, &system, values, &[]).expect("helm template");
+        let gate = Gate::start(cluster, &objects, &[&ns], &cluster.kubeconfig);
+        cleanup.add("validatingwebhookconfiguration", &gate.vwc_name);
+        if let Some(mwc) = &gate.mwc_name {
+            cleanup.add("mutatingwebhookconfiguration", mwc);
+        }
+        gate.wait_called(&ns);
+        GatedNamespace {
+            cluster,
+            ns,
+            policy: name,
+            objects,
+            gate,
+            cleanup,
+        }
+    }
+}
