@@ -1071,6 +1071,11 @@ pub async fn run(
         ])
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "info")
+        // As the chart's controller Deployment runs it (helm/gpu-reaper/templates/controller.yaml).
+        .env(
+            "MIMALLOC_PURGE_DELAY",
+            std::env::var("MIMALLOC_PURGE_DELAY").unwrap_or_else(|_| "0".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -2,6 +2,9 @@
 //! the CLI and the docs. Per-workload ladder state lives on the root workload as
 //! annotations so it survives restarts and is visible with `kubectl describe`.
 
+/// What every annotation and label key of gpu-reaper starts with.
+pub const PREFIX: &str = "gpureaper.io/";
+
 /// Label: `"true"` exempts a workload (or, on a namespace, every workload in it).
 pub const EXEMPT_LABEL: &str = "gpureaper.io/exempt";
 /// Annotation (user-set, RFC 3339): do not warn or act before this time. Capped by
