@@ -1,5 +1,6 @@
-//! Watches of the long-running controller: reflector stores of pods (fields the
-//! inventory does not read are pruned), owners' metadata for every owner kind that is
+//! Watches of the long-running controller: the pods that claim GPUs (a fold of the pod
+//! watch keeping only what the inventory reads; pods without GPUs are not kept), owners'
+//! metadata for every owner kind that is
 //! served — the kinds the controller names, plus, found by API discovery, every other
 //! namespaced kind with a `/scale` subresource and the KServe LLMInferenceService —
 //! GpuPolicies, namespace metadata, and the DRA ResourceClaimTemplates and ResourceClaims
