@@ -385,7 +385,8 @@ pub struct GpuCountArgs {
     #[arg(long, env = "GPU_REAPER_DRA_ALL_GPUS", default_value_t = 8.0)]
     pub dra_all_gpus: f64,
     /// Usernames whose writes of controller-owned objects (pods of a gated ReplicaSet,
-    /// Jobs of a gated CronJob, …) are not gated again (repeat or comma-separate).
+    /// Jobs of a gated CronJob, …) are not asked for an attestation again; they are still
+    /// held to the namespace's total and budget (repeat or comma-separate).
     /// Default: kube-controller-manager's identities; add operators that create pods or
     /// workloads for a gated owner, e.g. system:serviceaccount:ray-system:kuberay-operator.
     #[arg(long = "trusted-controller", env = "GPU_REAPER_TRUSTED_CONTROLLERS", value_delimiter = ',',

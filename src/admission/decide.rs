@@ -164,7 +164,8 @@ pub const DEFAULT_TRUSTED_CONTROLLERS: [&str; 9] = [
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub resources: GpuResources,
-    /// Usernames whose writes of controller-owned objects are not gated again.
+    /// Usernames whose writes of controller-owned objects are not asked for an
+    /// attestation again (they are still held to the namespace's total).
     pub trusted_controllers: Vec<String>,
 }
 

@@ -63,7 +63,7 @@ seccompProfile:
 - --mig-slices-per-gpu={{ .Values.gpu.migSlicesPerGpu }}
 {{- end -}}
 
-{{/* Identities whose writes of controller-owned objects are not gated again: the
+{{/* Identities whose writes of controller-owned objects are not asked for an attestation again: the
 binary's DEFAULT_TRUSTED_CONTROLLERS (src/admission/decide.rs) plus the listed operators. */}}
 {{- define "gpu-reaper.trustedControllers" -}}
 {{- $ids := list "system:kube-controller-manager" -}}
