@@ -507,27 +507,8 @@ fn admit_owned(
             Vec::new(),
         );
     }
-    if let Some(budget_usd) = gate.rules.monthly_budget_usd {
-        let month = month_of(now);
-        let spent = gate.policy.spend_of(&request.namespace, &month);
-        let hourly = budget::hourly_usd(gate.policy);
-        let cost = budget::committed_usd(added, hourly, now);
-        let committed = budget::committed_usd(held, hourly, now);
-        if spent + committed + cost > budget_usd {
-            let text = message::over_budget(
-                &subject,
-                claim.gpus,
-                cost,
-                message::Spend {
-                    spent,
-                    held,
-                    committed,
-                    budget: budget_usd,
-                },
-                &month,
-            );
-            return gate.finish(Reason::OverBudget, text, Some(claim.gpus), None, Vec::new());
-        }
+    if let Some(text) = gate.over_budget(&subject, claim.gpus, added, held, month_end(now), now) {
+        return gate.finish(Reason::OverBudget, text, Some(claim.gpus), None, Vec::new());
     }
     Decision {
         gpus: Some(claim.gpus),
@@ -690,6 +671,41 @@ impl<'a> Gate<'a> {
         }
     }
 
+    /// G3 as a namespace total: the sentence refusing a write that adds `added` GPUs
+    /// (paid until `until`: the month's end, or a covering attestation's expiry) when that
+    /// and what the `held` GPUs cost until the month ends do not fit what is left of the
+    /// monthly budget; `None` without a budget or when it fits.
+    fn over_budget(
+        &self,
+        subject: &message::Subject<'_>,
+        gpus: f64,
+        added: f64,
+        held: f64,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Option<String> {
+        let budget = self.rules.monthly_budget_usd?;
+        let month = month_of(now);
+        let spent = self.policy.spend_of(self.namespace, &month);
+        let hourly = budget::hourly_usd(self.policy);
+        let cost = added * hourly * budget::hours_until(now, until);
+        let committed = budget::committed_usd(held, hourly, now);
+        (spent + committed + cost > budget).then(|| {
+            message::over_budget(
+                subject,
+                gpus,
+                cost,
+                message::Spend {
+                    spent,
+                    held,
+                    committed,
+                    budget,
+                },
+                &month,
+            )
+        })
+    }
+
     /// Decides a counted claim; `before` is what the object claimed before an update.
     fn judge(
         &self,
@@ -826,31 +842,10 @@ impl<'a> Gate<'a> {
         // G3, a namespace total: what the claim costs until the month ends (or the
         // attestation expires), added to what the GPUs the namespace holds now cost until
         // the month ends, must fit what is left of the budget; over it, no new GPUs.
-        if let Some(budget) = self.rules.monthly_budget_usd
-            && added > 0.0
-        {
-            let month = month_of(now);
-            let spent = self.policy.spend_of(self.namespace, &month);
-            let hourly = budget::hourly_usd(self.policy);
-            let mut until = month_end(now);
-            if let Some(a) = covering {
-                until = until.min(a.spec.expires_at.0);
-            }
-            let cost = added * hourly * budget::hours_until(now, until);
-            let committed = budget::committed_usd(held_total, hourly, now);
-            if spent + committed + cost > budget {
-                let text = message::over_budget(
-                    &subject,
-                    gpus,
-                    cost,
-                    message::Spend {
-                        spent,
-                        held: held_total,
-                        committed,
-                        budget,
-                    },
-                    &month,
-                );
+        if added > 0.0 {
+            let until =
+                covering.map_or(month_end(now), |a| month_end(now).min(a.spec.expires_at.0));
+            if let Some(text) = self.over_budget(&subject, gpus, added, held_total, until, now) {
                 return self.finish(Reason::OverBudget, text, Some(gpus), None, warnings);
             }
         }
