@@ -519,7 +519,7 @@ impl Caches {
         );
         let candidates = self.pods.state();
         let claims = self.named_claims(&candidates, resources);
-        let pods = candidates
+        let pods: Vec<PodInfo> = candidates
             .iter()
             .filter_map(|p| {
                 inventory::pod_info_from_parts(
@@ -533,16 +533,7 @@ impl Caches {
                 )
             })
             .collect();
-        let mut owners = HashMap::new();
-        for (resource, store) in &self.owners {
-            for m in store.state() {
-                if let Some(info) =
-                    ObjectInfo::from_meta(&resource.api_version, &resource.kind, &m.metadata)
-                {
-                    owners.insert(info.key(), info);
-                }
-            }
-        }
+        let owners = owners_read(&self.owners, pods.iter().map(|p| &p.meta));
         let policies = policies::read_all(self.policies.state().iter().map(|p| p.as_ref()));
         let namespaces = self
             .namespaces
@@ -576,6 +567,75 @@ impl Caches {
             .collect();
         inventory::claim_gpus(named.iter().map(|c| c.as_ref()), resources)
     }
+}
+
+/// The owners a cycle reads: every object up the chain of a GPU pod (its workload),
+/// and every object with a `gpureaper.io/` annotation — a workload scaled to zero has
+/// no pods, and its restore record, `reaped-at` or wake request is read from it — with
+/// the chain above it (a ReplicaSet keeps the annotations the Deployment controller
+/// copied onto it; it is a root only if its owner is unknown). The other owners stay
+/// in their stores unread: at 50,000 pods, turning each of ≈ 25,000 owners into an
+/// `ObjectInfo` every cycle was most of what a cycle added to the steady memory.
+fn owners_read<'a>(
+    stores: &[(ApiResource, Store<PartialObjectMeta<DynamicObject>>)],
+    pods: impl Iterator<Item = &'a ObjectInfo>,
+) -> HashMap<ObjectKey, ObjectInfo> {
+    let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
+    // (apiVersion, kind, namespace, name) still to look up.
+    let mut pending: Vec<(String, String, String, String)> = Vec::new();
+    let up = |o: &ObjectInfo| {
+        o.owner.as_ref().map(|r| {
+            (
+                r.api_version.clone(),
+                r.kind.clone(),
+                o.namespace.clone(),
+                r.name.clone(),
+            )
+        })
+    };
+    pending.extend(pods.filter_map(up));
+    for (resource, store) in stores {
+        for m in store.state() {
+            let ours = m
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.keys().any(|k| k.starts_with(crate::api::keys::PREFIX)));
+            if !ours {
+                continue;
+            }
+            if let Some(info) =
+                ObjectInfo::from_meta(&resource.api_version, &resource.kind, &m.metadata)
+            {
+                pending.extend(up(&info));
+                owners.insert(info.key(), info);
+            }
+        }
+    }
+    while let Some((api_version, kind, namespace, name)) = pending.pop() {
+        let key = ObjectKey::new(&api_version, &kind, &namespace, &name);
+        if owners.contains_key(&key) {
+            continue;
+        }
+        let group = inventory::group_of(&api_version);
+        let Some((resource, store)) = stores
+            .iter()
+            .find(|(r, _)| r.kind == kind && r.group == group)
+        else {
+            continue;
+        };
+        let reference = ObjectRef::new_with(&name, resource.clone()).within(&namespace);
+        let Some(m) = store.get(&reference) else {
+            continue;
+        };
+        if let Some(info) =
+            ObjectInfo::from_meta(&resource.api_version, &resource.kind, &m.metadata)
+        {
+            pending.extend(up(&info));
+            owners.insert(key, info);
+        }
+    }
+    owners
 }
 
 /// A cheap first filter before the exact count: some container asks for an extended
@@ -802,5 +862,101 @@ mod tests {
             &mut seen,
             &Event::Delete(policy("b", 1, t2))
         ));
+    }
+
+    #[test]
+    fn a_cycle_reads_the_owners_its_pods_reach_and_those_with_our_annotations() {
+        use kube::runtime::reflector::store::Writer;
+        let resource = |group: &str, kind: &str, plural: &str| ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: format!("{group}/v1"),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let meta = |name: &str, owner: Option<(&str, &str)>, reaped: bool| {
+            let mut m: PartialObjectMeta<DynamicObject> =
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": name, "namespace": "ml", "uid": name},
+                }))
+                .unwrap();
+            if let Some((kind, owner)) = owner {
+                m.metadata.owner_references = Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: kind.into(),
+                        name: owner.into(),
+                        uid: owner.into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    },
+                ]);
+            }
+            if reaped {
+                m.metadata.annotations = Some(
+                    [(
+                        crate::api::keys::REAPED_AT.to_string(),
+                        "2026-12-04T00:00:00Z".to_string(),
+                    )]
+                    .into(),
+                );
+            }
+            m
+        };
+        let store = |r: &ApiResource, objects: Vec<PartialObjectMeta<DynamicObject>>| {
+            let mut writer = Writer::new(r.clone());
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for o in objects {
+                writer.apply_watcher_event(&watcher::Event::InitApply(o));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            (r.clone(), writer.as_reader())
+        };
+        let deployments = resource("apps", "Deployment", "deployments");
+        let replica_sets = resource("apps", "ReplicaSet", "replicasets");
+        let stores = [
+            store(
+                &deployments,
+                vec![
+                    meta("serve", None, false),
+                    meta("idle", None, true),
+                    // Woken: its record removed; its old ReplicaSet keeps the copy.
+                    meta("woken", None, false),
+                    meta("web", None, false),
+                ],
+            ),
+            store(
+                &replica_sets,
+                vec![
+                    meta("serve-1", Some(("Deployment", "serve")), false),
+                    meta("idle-1", Some(("Deployment", "idle")), true),
+                    meta("woken-1", Some(("Deployment", "woken")), true),
+                    meta("web-1", Some(("Deployment", "web")), false),
+                ],
+            ),
+        ];
+        let pod = ObjectInfo {
+            owner: Some(inventory::OwnerRef {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: "serve-1".into(),
+            }),
+            ..ObjectInfo::from_meta("v1", "Pod", &meta("serve-1-x", None, false).metadata).unwrap()
+        };
+        let read = owners_read(&stores, std::iter::once(&pod));
+        let mut names: Vec<&str> = read.values().map(|o| o.name.as_str()).collect();
+        names.sort();
+        // The GPU pod's chain; the reaped workload; the ReplicaSet with a leftover copy
+        // and the Deployment above it (so it is not taken for a root). Not "web".
+        assert_eq!(
+            names,
+            ["idle", "idle-1", "serve", "serve-1", "woken", "woken-1"]
+        );
+        assert!(
+            read[&ObjectKey::new("apps/v1", "Deployment", "ml", "idle")]
+                .annotations
+                .contains_key(crate::api::keys::REAPED_AT)
+        );
     }
 }
