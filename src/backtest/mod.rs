@@ -11,6 +11,7 @@
 //! Audit policy, "would act" counts as acting.
 
 mod outcome;
+pub mod samples;
 pub mod sweep;
 pub mod synth;
 

@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_day_of_history_teaches_the_rhythm_of_the_workloads_that_exist_now() {
-        let spec = crate::commands::backtest::load_policy(None).unwrap().spec;
+        let spec = crate::backtest::samples::sample_policy().unwrap().spec;
         let rules = Rules::from_spec(&spec);
         let w = workloads();
         let key = w[0].root.key();
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn nothing_at_or_after_the_cut_is_fed() {
-        let spec = crate::commands::backtest::load_policy(None).unwrap().spec;
+        let spec = crate::backtest::samples::sample_policy().unwrap().spec;
         let rules = Rules::from_spec(&spec);
         let w = workloads();
         let t = trace(24);

@@ -21,7 +21,7 @@ fn mins(m: i64) -> SignedDuration {
 }
 
 fn policy(mode: &str) -> GpuPolicy {
-    let mut p = crate::commands::backtest::load_policy(None).unwrap();
+    let mut p = crate::backtest::samples::sample_policy().unwrap();
     p.metadata.name = Some("team".into());
     p.spec.mode = serde_json::from_value(json!(mode)).unwrap();
     p

@@ -197,7 +197,7 @@ mod tests {
     fn the_bundled_trace_written_out_reads_as_the_same_trace() {
         // The whole path backtest takes: samples → text → trace, against the original.
         let mut text = Vec::new();
-        flate2::read::GzDecoder::new(crate::commands::backtest::SAMPLE_TRACE_GZ)
+        flate2::read::GzDecoder::new(crate::backtest::samples::SAMPLE_TRACE_GZ)
             .read_to_end(&mut text)
             .unwrap();
         let written = rewrite(&text);
