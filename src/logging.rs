@@ -1,6 +1,13 @@
 //! Logging: tracing to stderr, as text for people or JSON for log pipelines.
 
-use crate::cli::LogFormat;
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// For people.
+    Text,
+    /// One JSON object a line, for log pipelines.
+    Json,
+}
 
 /// Installs the global subscriber. `RUST_LOG` filters (default `info`).
 pub fn init_logging(format: LogFormat) {

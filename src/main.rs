@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpu_reaper::cli::{Cli, Command};
+use gpu_reaper::cli::Cli;
 
 // mimalloc: an AdmissionReview is parsed into many small allocations and dropped at once;
 // with glibc's allocator that was most of the time of a big review (docs/performance.md).
@@ -12,22 +12,8 @@ fn main() -> ExitCode {
     // One TLS crypto provider for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    gpu_reaper::logging::init_logging(cli.log_format);
-    let result = match cli.command {
-        Command::Crd => gpu_reaper::api::crds_yaml()
-            .map(|y| print!("{y}"))
-            .map_err(gpu_reaper::Error::from),
-        Command::Backtest(args) => gpu_reaper::commands::backtest::run(&args),
-        Command::Export(args) => gpu_reaper::commands::export::run(&args),
-        Command::Audit(args) => gpu_reaper::commands::audit::run(&args),
-        Command::Webhook(args) => gpu_reaper::admission::webhook::run(&args),
-        Command::Attest(args) => gpu_reaper::admission::approve::run(&args),
-        Command::Check(args) => gpu_reaper::admission::check::run(&args),
-        Command::Wake(args) => gpu_reaper::cluster::wake::run(&args),
-        Command::Controller(args) => gpu_reaper::controller::run::run(&args),
-        Command::Replay(args) => gpu_reaper::commands::replay::run(&args),
-        Command::Explain(args) => gpu_reaper::commands::explain::run(&args),
-    };
+    gpu_reaper::logging::init_logging(gpu_reaper::commands::log_format(cli.log_format));
+    let result = gpu_reaper::commands::run(cli.command);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1325,7 +1325,8 @@ async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_poli
 async fn in_process(s: &Scenario, identity: &str, extra: &[&str]) -> (Context, Memory) {
     let mut flags = s.controller_args(identity, "15s");
     flags.extend(extra.iter().map(|f| f.to_string()));
-    let ctx = Context::test(s.cluster.client().await, flags).unwrap();
+    let config = gpu_reaper::commands::controller::config_from_flags(flags).unwrap();
+    let ctx = Context::test(s.cluster.client().await, config).unwrap();
     let mut memory = Memory::new(&ctx);
     memory.audit = audit_memory::load(&ctx).await;
     (ctx, memory)

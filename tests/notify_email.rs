@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use gpu_reaper::cli::{NotifyArgs, SmtpSecurity};
 use gpu_reaper::cluster::inventory::ObjectInfo;
 use gpu_reaper::notify::content::{Fields, Kind, Templates};
 use gpu_reaper::notify::email::EmailNotifier;
 use gpu_reaper::notify::owner::{Owner, OwnerSource};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
+use gpu_reaper::notify::{NotifyConfig, SmtpSecurity};
 #[path = "common/pki.rs"]
 mod pki;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -406,7 +406,7 @@ struct Settings<'a> {
 
 fn notifier(s: Settings<'_>) -> EmailNotifier {
     install_crypto();
-    let args = NotifyArgs {
+    let args = NotifyConfig {
         smtp_host: Some("127.0.0.1".into()),
         smtp_port: Some(s.port),
         smtp_security: s.security,
@@ -414,9 +414,9 @@ fn notifier(s: Settings<'_>) -> EmailNotifier {
         smtp_user: s.login.map(|(user, _)| user.to_string()),
         smtp_password_file: s.login.map(|(_, path)| path.to_path_buf()),
         smtp_from: "gpu-reaper <reaper@gpu-reaper.test>".into(),
-        ..NotifyArgs::default()
+        ..NotifyConfig::default()
     };
-    EmailNotifier::from_args(&args)
+    EmailNotifier::from_config(&args)
         .expect("valid settings")
         .expect("email is on")
 }

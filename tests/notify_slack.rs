@@ -403,13 +403,13 @@ impl Slack {
 
     /// The notifier exactly as the controller builds it from its flags.
     fn notifier(&self) -> SlackNotifier {
-        let args = gpu_reaper::cli::NotifyArgs {
+        let args = gpu_reaper::notify::NotifyConfig {
             slack_token_file: Some(self.token_file()),
             slack_api_url: format!("{}/api", self.url),
             slack_ca_file: Some(self.dir.path().join("ca.pem")),
             ..Default::default()
         };
-        SlackNotifier::from_args(&args).unwrap().unwrap()
+        SlackNotifier::from_config(&args).unwrap().unwrap()
     }
 }
 
@@ -1021,26 +1021,26 @@ async fn interactivity_is_off_without_a_signing_secret_and_names_the_flag_on_err
     let c = cluster().await;
     let client = c.cluster.client().await;
     let notifier = c.slack.notifier();
-    let mut args = gpu_reaper::cli::NotifyArgs::default();
+    let mut args = gpu_reaper::notify::NotifyConfig::default();
     assert!(
-        InteractState::from_args(&args, client.clone(), Some(&notifier))
+        InteractState::from_config(&args, client.clone(), Some(&notifier))
             .unwrap()
             .is_none()
     );
     args.slack_signing_secret_file = Some(c.slack.dir.path().join("absent"));
-    let err = InteractState::from_args(&args, client.clone(), Some(&notifier))
+    let err = InteractState::from_config(&args, client.clone(), Some(&notifier))
         .err()
         .unwrap()
         .to_string();
     assert!(err.starts_with("--slack-signing-secret-file "), "{err}");
     args.slack_signing_secret_file = Some(c.slack.dir.path().join("signing-secret"));
-    let err = InteractState::from_args(&args, client.clone(), None)
+    let err = InteractState::from_config(&args, client.clone(), None)
         .err()
         .unwrap()
         .to_string();
     assert!(err.contains("needs --slack-token-file"), "{err}");
     assert!(
-        InteractState::from_args(&args, client, Some(&notifier))
+        InteractState::from_config(&args, client, Some(&notifier))
             .unwrap()
             .is_some()
     );

@@ -3,16 +3,16 @@
 //!
 //! Pure: `review` (AdmissionReview parsing), `model` (what the gate answers), `decide`
 //! (`admit(request, snapshot)`; GPUs are counted by [`crate::gpus`]), `message` (the
-//! sentences kubectl prints), `attestation` (rules on attestation writes), `quota` (the
-//! ResourceQuota and attestation condition the controller keeps, G2). IO at the edges:
-//! `server` (axum over rustls, certificate reload), `cache` (reflectors → snapshot),
-//! `metrics`, `check` (the offline CLI), `approve` (`gpu-reaper attest approve|revoke`).
+//! sentences kubectl prints), `attestation` (rules on attestation writes), `approval`
+//! (the rules of `gpu-reaper attest approve|revoke`), `quota` (the ResourceQuota and
+//! attestation condition the controller keeps, G2). IO: `server` (axum over rustls,
+//! certificate reload), `cache` (reflectors → snapshot), `metrics`. The commands that
+//! run them (`webhook`, `check`, `attest`) are in `src/commands/`.
 
-pub mod approve;
+pub mod approval;
 pub mod attestation;
 pub mod budget;
 pub mod cache;
-pub mod check;
 pub mod decide;
 pub mod message;
 pub mod metrics;
@@ -20,6 +20,5 @@ pub mod model;
 pub mod quota;
 pub mod review;
 pub mod server;
-pub mod webhook;
 
 pub use decide::{Decision, Reason, Settings, Snapshot, Verdict, admit};

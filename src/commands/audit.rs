@@ -2,9 +2,9 @@
 //! `--kubeconfig`, the GPU workloads the API server resolves), then hands them to the pure
 //! audit in `report::audit`; `--check` asks Prometheus what gpu-reaper needs.
 
+use super::backtest::{fetch_trace, load_policy, time_range};
 use crate::cli::AuditArgs;
 use crate::cluster::inventory::Workload;
-use crate::commands::backtest::{fetch_trace, load_policy, time_range};
 use crate::error::Result;
 use crate::report::audit::{Check, Readiness, attribute, audit, render};
 use crate::telemetry::trace::ReadOptions;
@@ -13,7 +13,7 @@ use crate::telemetry::trace::ReadOptions;
 pub fn run(args: &AuditArgs) -> Result<()> {
     if args.check {
         let (from, to) = time_range(args.since, None)?;
-        let report = crate::commands::block_on(readiness(&args.prometheus, to - from, to))??;
+        let report = super::block_on(readiness(&args.prometheus, to - from, to))??;
         print!("{}", report.render());
         return if report.ready() {
             Ok(())
@@ -30,19 +30,19 @@ pub fn run(args: &AuditArgs) -> Result<()> {
         &ReadOptions {
             step_seconds: 60,
             skip_unknown_metrics: true,
-            workload_labels: crate::commands::workload_labels(&args.prometheus),
+            workload_labels: super::workload_labels(&args.prometheus),
         },
     )?;
     let attribution = match &args.kubeconfig {
         Some(path) => Some(attribute(
             &mut trace,
-            &crate::commands::block_on(cluster_workloads(path))??,
+            &super::block_on(cluster_workloads(path))??,
         )),
         None => None,
     };
     let mut audit = audit(&policy.spec, &trace, args.top);
     audit.attribution = attribution;
-    print!("{}", render(&audit, args.format)?);
+    print!("{}", render(&audit, super::output_format(args.format))?);
     Ok(())
 }
 
@@ -82,7 +82,7 @@ pub async fn readiness(
 ) -> Result<Readiness> {
     use crate::telemetry::prometheus::PrometheusSource;
     use prometheus_http_query::response::Data;
-    let source = PrometheusSource::new(crate::commands::prometheus_config(args)?)?;
+    let source = PrometheusSource::new(super::prometheus_config(args)?)?;
     let range = format!("{}s", lookback.max(60));
     let mut checks = Vec::new();
     // One number per query; a failed query is itself a failed check.

@@ -17,10 +17,7 @@ use crate::telemetry::coverage::Coverage;
 use crate::telemetry::prometheus::PrometheusSource;
 use crate::telemetry::trace::{ReadOptions, Trace, read_trace};
 
-/// The bundled sample policy (config/samples/policy.yaml).
-pub const SAMPLE_POLICY: &str = include_str!("../../config/samples/policy.yaml");
-/// The bundled sample trace (config/samples/trace.om.gz, made by examples/make_sample_trace.rs).
-pub const SAMPLE_TRACE_GZ: &[u8] = include_bytes!("../../config/samples/trace.om.gz");
+pub use crate::backtest::samples::{SAMPLE_POLICY, SAMPLE_TRACE_GZ};
 
 /// Runs the command and prints its report to stdout.
 pub fn run(args: &BacktestArgs) -> Result<()> {
@@ -220,15 +217,12 @@ pub fn fetch_trace(
     Ok(block_on(source.fetch_trace(from, to, options))??)
 }
 
-use crate::commands::{block_on, prometheus_config, workload_labels};
+use super::{block_on, prometheus_config, workload_labels};
 
 /// The policy from `path`, or the bundled sample.
 pub fn load_policy(path: Option<&Path>) -> Result<GpuPolicy> {
     match path {
-        None => Ok(parse_resource::<GpuPolicy>(
-            SAMPLE_POLICY,
-            "<bundled config/samples/policy.yaml>",
-        )?),
+        None => Ok(crate::backtest::samples::sample_policy()?),
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|source| Error::Io {
                 path: p.to_path_buf(),
@@ -247,7 +241,7 @@ pub fn load_trace(path: Option<&Path>, options: &ReadOptions) -> Result<Trace> {
     match path {
         None => Ok(read_trace(
             BufReader::new(GzDecoder::new(SAMPLE_TRACE_GZ)),
-            "<bundled config/samples/trace.om.gz>",
+            crate::backtest::samples::SAMPLE_TRACE_SOURCE,
             options,
         )?),
         Some(p) => {

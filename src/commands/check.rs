@@ -1,4 +1,4 @@
-//! `gpu-reaper check`: the budget gate's decision offline, on manifest files, for CI
+//! `gpu-reaper check` (the edge): the budget gate's decision offline, on manifest files, for CI
 //! pipelines before `kubectl apply` — the same `admit` the webhook runs, over a snapshot
 //! read from files instead of caches.
 
@@ -11,9 +11,9 @@ use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::decide::{Decision, Settings, Snapshot, Verdict, admit};
-use super::message::gpu_count;
-use super::review::{AdmissionRequest, GroupVersionKind, Operation, UserInfo};
+use crate::admission::decide::{Decision, Settings, Snapshot, Verdict, admit};
+use crate::admission::message::gpu_count;
+use crate::admission::review::{AdmissionRequest, GroupVersionKind, Operation, UserInfo};
 use crate::api::validate::parse_resource;
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::cli::{CheckArgs, CheckOutput};
@@ -347,7 +347,7 @@ fn unexpected(flag: &'static str, doc: &Document, kind: &str, expected: &str) ->
 }
 
 pub fn run(args: &CheckArgs) -> Result<()> {
-    let settings = super::webhook::settings(&args.gpus)?;
+    let settings = super::gpu_settings(&args.gpus)?;
     let now = args.now.unwrap_or_else(Timestamp::now);
     let results = evaluate(args, &settings, now)?;
     match args.output {

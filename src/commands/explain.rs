@@ -42,7 +42,7 @@ pub struct Config {
 /// `<namespace>/<kind>/<name>`, or `<kind>/<namespace>/<name>` (a kind starts with a
 /// capital letter; a namespace, a DNS label, cannot).
 pub fn parse_target(text: &str, api_version: Option<&str>) -> Result<Target> {
-    let (first, kind, name) = crate::cluster::wake::parse_workload(text)?;
+    let (first, kind, name) = crate::cluster::address::parse_workload(text)?;
     let (namespace, kind) = if first.starts_with(|c: char| c.is_ascii_uppercase()) {
         (kind, first)
     } else {
@@ -62,7 +62,7 @@ pub fn parse_target(text: &str, api_version: Option<&str>) -> Result<Target> {
 impl Config {
     pub fn from_args(args: &ExplainArgs) -> Result<Self> {
         let target = parse_target(&args.workload, args.api_version.as_deref())?;
-        let gpus = crate::admission::webhook::settings(&args.gpus)?;
+        let gpus = super::gpu_settings(&args.gpus)?;
         let labels = super::workload_labels(&args.prometheus);
         let settings = Settings {
             policy_selector: args.policy_selector.clone(),

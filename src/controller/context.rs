@@ -1,5 +1,6 @@
-//! What every stage of a cycle shares. The [`Context`] is built once (from the flags, or
-//! by [`Context::test`] for tests that run the stages in-process): the Kubernetes client,
+//! What every stage of a cycle shares. The [`Context`] is built once (from the [`Config`]
+//! the command's edge types from the flags, or by [`Context::test`] for tests that run the
+//! stages in-process): the Kubernetes client,
 //! the notifiers, the telemetry source, the clock, the metrics, the leadership flag and
 //! the settings. [`Memory`] is what the controller remembers between cycles (in the
 //! process only: a new leader starts over, except for the Audit memory it reads back).
@@ -7,7 +8,6 @@
 //! Nothing here does IO by itself; the stages do, through the client and the notifiers.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,19 +20,17 @@ use super::plan::AuditMemory;
 use super::quota::QuotaKeeper;
 use crate::api::GpuPolicy;
 use crate::api::policy::Channel;
-use crate::cli::{ControllerArgs, NotifyArgs};
 use crate::cluster::inventory::{ObjectKey, Workload};
-use crate::commands::{prometheus_config, workload_labels};
 use crate::engine::Histories;
 use crate::engine::inference::Softer;
 use crate::engine::model::Decision;
 use crate::gpus::GpuResources;
-use crate::notify::Notifier;
 use crate::notify::content::Templates;
 use crate::notify::events::EventNotifier;
 use crate::notify::slack::SlackNotifier;
+use crate::notify::{Notifier, NotifyConfig};
 use crate::telemetry::live::{LiveTelemetry, ReadSettings};
-use crate::telemetry::prometheus::PrometheusSource;
+use crate::telemetry::prometheus::{PrometheusConfig, PrometheusSource};
 use crate::telemetry::trace::WorkloadLabels;
 use crate::{Error, Result};
 
@@ -121,96 +119,25 @@ pub fn prometheus_selector(text: &str) -> Result<String> {
 }
 
 impl Settings {
-    pub fn from_args(args: &ControllerArgs) -> Result<Self> {
-        let interval = args.interval;
-        let scrape = args.live.scrape_interval.as_secs().max(1) as i64;
-        let lease_duration =
-            SignedDuration::try_from(args.lease_duration).map_err(|e| Error::InvalidArgument {
-                flag: "lease-duration",
-                message: e.to_string(),
-            })?;
-        let history_backfill = args.live.history_backfill;
-        let read_lag = args.live.prometheus_read_lag.as_secs();
-        let selector = prometheus_selector(&args.live.prometheus_selector)?;
-        let gpus = crate::admission::webhook::settings(&args.gpus)?;
-        let templates = match &args.notify.notify_templates {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument {
-                    flag: "notify-templates",
-                    message: format!("{}: {e}", path.display()),
-                })?;
-                Templates::from_yaml(&text, &path.display().to_string()).map_err(|e| {
-                    Error::InvalidArgument {
-                        flag: "notify-templates",
-                        message: e.to_string(),
-                    }
-                })?
-            }
-            None => Templates::default(),
-        };
-        Ok(Self {
-            policy_selector: args.policy_selector.clone(),
-            resources: gpus.resources,
-            reads: ReadSettings {
-                selector,
-                lag_seconds: read_lag,
-                workload_labels: workload_labels(&args.prometheus),
-            },
-            history_backfill,
-            history_labels: workload_labels(&args.prometheus),
-            // A step shorter than the scrape interval would leave every other bucket
-            // empty: coverage is counted in steps that each hold a sample.
-            live_step_seconds: scrape.max(60),
-            max_billing_gap: SignedDuration::try_from(interval * 2)
-                .unwrap_or(SignedDuration::from_mins(2)),
-            templates,
-            workload_url: args.notify.workload_url.clone(),
-            interval,
-            identity: args
-                .identity
-                .clone()
-                .unwrap_or_else(|| format!("gpu-reaper-{}", std::process::id())),
-            lease_namespace: args.lease_namespace.clone(),
-            lease_name: args.lease_name.clone(),
-            lease_duration,
-            gpu_quota: args.gpu_quota,
-            quota_excluded_namespaces: args
-                .quota_excluded_namespaces
-                .iter()
-                .map(|n| n.trim().to_string())
-                .collect(),
-        })
-    }
-
     /// The ConfigMap of the Audit-mode memory: per Lease, so per shard.
     pub fn audit_configmap(&self) -> String {
         format!("{}-audit", self.lease_name)
     }
 }
 
-impl Clock {
-    /// `--now`, or the wall clock.
-    pub fn from_args(args: &ControllerArgs) -> Self {
-        match args.now {
-            Some(t) => Clock::Fixed(t),
-            None => Clock::Wall,
-        }
-    }
-}
-
 impl Notifiers {
-    /// The Event notifier, and Slack and email when their flags configure them.
+    /// The Event notifier, and Slack and email when their settings configure them.
     pub fn new(
         client: &Client,
         identity: &str,
-        args: &NotifyArgs,
+        notify: &NotifyConfig,
         slack: Option<SlackNotifier>,
     ) -> Result<Self> {
         let mut personal: Vec<(Channel, Box<dyn Notifier>)> = Vec::new();
         if let Some(slack) = slack {
             personal.push((Channel::Slack, Box::new(slack)));
         }
-        let email = crate::notify::email::EmailNotifier::from_args(args).map_err(|e| {
+        let email = crate::notify::email::EmailNotifier::from_config(notify).map_err(|e| {
             Error::InvalidArgument {
                 flag: "smtp",
                 message: e.to_string(),
@@ -226,55 +153,49 @@ impl Notifiers {
     }
 }
 
-/// The Slack notifier the flags configure (None without a token file).
-pub fn slack_from_args(args: &NotifyArgs) -> Result<Option<SlackNotifier>> {
-    SlackNotifier::from_args(args).map_err(|e| Error::InvalidArgument {
+/// The Slack notifier the settings configure (None without a token file).
+pub fn slack_notifier(notify: &NotifyConfig) -> Result<Option<SlackNotifier>> {
+    SlackNotifier::from_config(notify).map_err(|e| Error::InvalidArgument {
         flag: "slack",
         message: e.to_string(),
     })
 }
 
+/// What `gpu-reaper controller` is given: typed and checked once by the command's edge
+/// (`commands::controller`) from the flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub settings: Settings,
+    pub clock: Clock,
+    pub prometheus: PrometheusConfig,
+    pub notify: NotifyConfig,
+    /// Plain-HTTP address of the admin port (`--listen`).
+    pub listen: String,
+    /// Evaluate once and exit (`--once`).
+    pub once: bool,
+}
+
 impl Context {
-    /// A context for running the stages in-process: `client`, and the controller's
-    /// flags over the binary's defaults (the same `--prometheus-url`,
-    /// `--policy-selector`, `--lease-namespace`, `--identity`, `--now`… a test passes
-    /// to `gpu-reaper controller`). No watches (every cycle lists, as `--once` does);
-    /// leading from the start (no Lease is taken).
-    pub fn test<I, T>(client: Client, flags: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<OsString> + Clone,
-    {
-        #[derive(clap::Parser)]
-        struct Flags {
-            #[command(flatten)]
-            args: ControllerArgs,
-        }
-        let flags = <Flags as clap::Parser>::try_parse_from(
-            std::iter::once(OsString::from("controller")).chain(flags.into_iter().map(Into::into)),
-        )
-        .map_err(|e| Error::InvalidArgument {
-            flag: "controller",
-            message: e.to_string(),
-        })?;
-        let args = flags.args;
-        let settings = Settings::from_args(&args)?;
-        let clock = Clock::from_args(&args);
-        let telemetry = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
+    /// A context for running the stages in-process from the controller's `config` (a
+    /// test builds it from the same flags it passes to `gpu-reaper controller`:
+    /// `commands::controller::config_from_flags`). No watches (every cycle lists, as
+    /// `--once` does); leading from the start (no Lease is taken).
+    pub fn test(client: Client, config: Config) -> Result<Self> {
+        let telemetry = PrometheusSource::new(config.prometheus)?;
         let notifiers = Notifiers::new(
             &client,
-            &settings.identity,
-            &args.notify,
-            slack_from_args(&args.notify)?,
+            &config.settings.identity,
+            &config.notify,
+            slack_notifier(&config.notify)?,
         )?;
         Ok(Self {
             client,
             notifiers,
             telemetry,
-            clock,
+            clock: config.clock,
             metrics: Arc::new(Metrics::default()),
             leading: Arc::new(AtomicBool::new(true)),
-            settings,
+            settings: config.settings,
             caches: None,
         })
     }

@@ -184,7 +184,7 @@ pub async fn see(ctx: &Context, target: &Target, now: Timestamp) -> Result<Seen>
 /// needed for that).
 async fn read_root(ctx: &Context, target: &Target) -> Result<ObjectInfo> {
     let Some(api_version) =
-        crate::cluster::wake::api_version_for(&target.kind, target.api_version.as_ref())
+        crate::cluster::address::api_version_for(&target.kind, target.api_version.as_ref())
     else {
         return Err(Error::InvalidArgument {
             flag: "api-version",

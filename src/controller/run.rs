@@ -1,4 +1,5 @@
-//! `gpu-reaper controller`: the loop. Builds the [`Context`] from the flags, serves the
+//! `gpu-reaper controller`: the loop. Builds the [`Context`] from its [`Config`] (typed
+//! from the flags by `commands::controller`), serves the
 //! admin port (probes, metrics, Slack's interactivity endpoint), keeps the Lease on its
 //! own clock, and every `--interval` (or as soon as a GpuPolicy changes) runs
 //! [`cycle::evaluate`] while this replica leads; `--once` takes the Lease, evaluates
@@ -17,15 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::Router;
 use kube::Client;
 
-use super::context::{self, Context, Memory, Notifiers, Settings};
+use super::context::{Config, Context, Memory, Notifiers, slack_notifier};
 use super::cycle;
 use super::lease::Elector;
 use super::metrics::Metrics;
 use super::observe::kube_err;
 use super::{audit_memory, caches};
-use crate::cli::ControllerArgs;
 use crate::cluster::discovery;
-use crate::commands::prometheus_config;
 use crate::telemetry::prometheus::PrometheusSource;
 use crate::{Error, Result};
 
@@ -81,204 +80,213 @@ async fn keep_leading(elector: Arc<Elector>, ctx: Arc<Context>) {
     }
 }
 
-/// Runs the controller until SIGTERM (or one cycle with `--once`).
-pub fn run(args: &ControllerArgs) -> Result<()> {
-    let settings = Settings::from_args(args)?;
-    let clock = context::Clock::from_args(args);
-    let slack = context::slack_from_args(&args.notify)?;
-    let telemetry = PrometheusSource::new(prometheus_config(&args.prometheus)?)?;
-    let runtime = crate::commands::multi_thread_runtime()?;
-    runtime.block_on(async move {
-        let mut config = kube::Config::infer().await.map_err(|e| {
-            Error::Controller(format!(
-                "no Kubernetes configuration (KUBECONFIG or in-cluster): {e}"
-            ))
-        })?;
-        // A PodDisruptionBudget's 429 must come back at once (retried next cycle), not be
-        // retried for minutes inside one eviction.
-        config.default_retry = false;
-        let client =
-            Client::try_from(config).map_err(kube_err("building the Kubernetes client"))?;
-        let interactions = crate::notify::interact::InteractionMetrics::default();
-        let metrics = Arc::new(Metrics::new(&interactions));
-        let ready = Arc::new(AtomicBool::new(false));
-        if !args.once {
-            let listener = tokio::net::TcpListener::bind(&args.listen)
+/// Runs the controller until `shutdown` resolves (SIGTERM), or one cycle with `--once`.
+pub async fn run(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let Config {
+        settings,
+        clock,
+        prometheus,
+        notify,
+        listen,
+        once,
+    } = config;
+    let slack = slack_notifier(&notify)?;
+    let telemetry = PrometheusSource::new(prometheus)?;
+    let mut kube_config = kube::Config::infer().await.map_err(|e| {
+        Error::Controller(format!(
+            "no Kubernetes configuration (KUBECONFIG or in-cluster): {e}"
+        ))
+    })?;
+    // A PodDisruptionBudget's 429 must come back at once (retried next cycle), not be
+    // retried for minutes inside one eviction.
+    kube_config.default_retry = false;
+    let client =
+        Client::try_from(kube_config).map_err(kube_err("building the Kubernetes client"))?;
+    let interactions = crate::notify::interact::InteractionMetrics::default();
+    let metrics = Arc::new(Metrics::new(&interactions));
+    let ready = Arc::new(AtomicBool::new(false));
+    if !once {
+        let listener =
+            tokio::net::TcpListener::bind(&listen)
                 .await
                 .map_err(|e| Error::InvalidArgument {
                     flag: "listen",
-                    message: format!("{}: {e}", args.listen),
+                    message: format!("{listen}: {e}"),
                 })?;
-            let interact = crate::notify::interact::InteractState::from_args(
-                &args.notify,
-                client.clone(),
-                slack.as_ref(),
-            )
-            .map_err(|e| Error::InvalidArgument {
-                flag: "slack-signing-secret-file",
-                message: e.to_string(),
-            })?
-            .map(|state| crate::notify::interact::router(state.with_metrics(interactions)));
-            tokio::spawn(serve_admin(
-                listener,
-                metrics.clone(),
-                ready.clone(),
-                interact,
-            ));
-        }
-        let notifiers = Notifiers::new(&client, &settings.identity, &args.notify, slack)?;
-        let caches = if args.once {
-            None
-        } else {
-            let caches =
-                caches::Caches::start(&client, discovery::OWNER_KINDS, &args.policy_selector).await;
-            caches.wait_synced().await;
-            tracing::info!("watches synced");
-            Some(caches)
-        };
-        let policy_changed = caches.as_ref().map(|c| c.policy_changed.clone());
-        let elector = Arc::new(Elector::new(
+        let interact = crate::notify::interact::InteractState::from_config(
+            &notify,
             client.clone(),
-            &settings.lease_namespace,
-            &settings.lease_name,
-            &settings.identity,
-            settings.lease_duration,
+            slack.as_ref(),
+        )
+        .map_err(|e| Error::InvalidArgument {
+            flag: "slack-signing-secret-file",
+            message: e.to_string(),
+        })?
+        .map(|state| crate::notify::interact::router(state.with_metrics(interactions)));
+        tokio::spawn(serve_admin(
+            listener,
+            metrics.clone(),
+            ready.clone(),
+            interact,
         ));
-        let ctx = Arc::new(Context {
-            client,
-            notifiers,
-            telemetry,
-            clock,
-            metrics,
-            leading: Arc::new(AtomicBool::new(false)),
-            settings,
-            caches,
+    }
+    let notifiers = Notifiers::new(&client, &settings.identity, &notify, slack)?;
+    let caches = if once {
+        None
+    } else {
+        let caches =
+            caches::Caches::start(&client, discovery::OWNER_KINDS, &settings.policy_selector).await;
+        caches.wait_synced().await;
+        tracing::info!("watches synced");
+        Some(caches)
+    };
+    let policy_changed = caches.as_ref().map(|c| c.policy_changed.clone());
+    let elector = Arc::new(Elector::new(
+        client.clone(),
+        &settings.lease_namespace,
+        &settings.lease_name,
+        &settings.identity,
+        settings.lease_duration,
+    ));
+    let ctx = Arc::new(Context {
+        client,
+        notifiers,
+        telemetry,
+        clock,
+        metrics,
+        leading: Arc::new(AtomicBool::new(false)),
+        settings,
+        caches,
+    });
+    let mut memory = Memory::new(&ctx);
+    memory.audit = audit_memory::load(&ctx).await;
+    if !once {
+        // The first attempt before the first evaluation, then on the renewal clock.
+        let first = elector.try_lead().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "leader election failed; retrying");
+            false
         });
-        let mut memory = Memory::new(&ctx);
-        memory.audit = audit_memory::load(&ctx).await;
-        if !args.once {
-            // The first attempt before the first evaluation, then on the renewal clock.
-            let first = elector.try_lead().await.unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "leader election failed; retrying");
-                false
-            });
-            ctx.set_leading(first);
+        ctx.set_leading(first);
+    }
+    let renewing = (!once).then(|| tokio::spawn(keep_leading(elector.clone(), ctx.clone())));
+    // SIGTERM, as a value every select below can wait on again.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if !once {
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+    }
+    let stopping = || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
         }
-        let renewing = (!args.once).then(|| tokio::spawn(keep_leading(elector.clone(), ctx.clone())));
-        // SIGTERM, as a value every select below can wait on again.
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        if !args.once {
-            tokio::spawn(async move {
-                crate::commands::shutdown_signal().await;
-                let _ = stop_tx.send(true);
-            });
-        }
-        let stopping = || {
-            let mut rx = stop_rx.clone();
-            async move {
-                let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let lease = format!(
+        "{}/{}",
+        ctx.settings.lease_namespace, ctx.settings.lease_name
+    );
+    let mut was_leading = false;
+    let mut tick = tokio::time::interval(ctx.settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The watches' initial list rang for every policy; the first cycle (the first
+    // tick, at once) sees them all anyway. Left stored, that ring started a second,
+    // identical cycle right after the first: 11 more queries per policy at start-up.
+    if let Some(changed) = &policy_changed {
+        let _ = futures::FutureExt::now_or_never(changed.notified());
+    }
+    loop {
+        // Every interval, and as soon as a GpuPolicy changes.
+        match &policy_changed {
+            Some(changed) => {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = changed.notified() => {
+                        // Let an apply of several policies land together.
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    _ = stopping() => break,
+                }
             }
+            None => {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopping() => break,
+                }
+            }
+        }
+        let leading = if once {
+            let l = elector.try_lead().await.map_err(|e| Error::Kube {
+                action: format!("taking the Lease {lease}"),
+                source: e,
+            })?;
+            ctx.set_leading(l);
+            l
+        } else {
+            ctx.is_leading()
         };
-        let lease = format!(
-            "{}/{}",
-            ctx.settings.lease_namespace, ctx.settings.lease_name
-        );
-        let mut was_leading = false;
-        let mut tick = tokio::time::interval(ctx.settings.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The watches' initial list rang for every policy; the first cycle (the first
-        // tick, at once) sees them all anyway. Left stored, that ring started a second,
-        // identical cycle right after the first: 11 more queries per policy at start-up.
-        if let Some(changed) = &policy_changed {
-            let _ = futures::FutureExt::now_or_never(changed.notified());
+        if leading && !was_leading && !once {
+            // A standby taking over reads what the previous leader recorded in Audit mode.
+            memory.audit = audit_memory::load(&ctx).await;
         }
-        loop {
-            // Every interval, and as soon as a GpuPolicy changes.
-            match &policy_changed {
-                Some(changed) => {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        _ = changed.notified() => {
-                            // Let an apply of several policies land together.
-                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                        }
-                        _ = stopping() => break,
-                    }
+        was_leading = leading;
+        if leading {
+            let now = ctx.clock.now();
+            let evaluation = cycle::evaluate(&ctx, &mut memory, now);
+            tokio::pin!(evaluation);
+            let mut stop_after = false;
+            let outcome = tokio::select! {
+                outcome = &mut evaluation => Some(outcome),
+                _ = stopping() => {
+                    stop_after = true;
+                    tracing::info!(grace = ?SHUTDOWN_GRACE, "stopping: finishing the cycle under way");
+                    tokio::time::timeout(SHUTDOWN_GRACE, &mut evaluation).await.ok()
                 }
-                None => {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        _ = stopping() => break,
-                    }
-                }
-            }
-            let leading = if args.once {
-                let l = elector.try_lead().await.map_err(|e| Error::Kube {
-                    action: format!("taking the Lease {lease}"),
-                    source: e,
-                })?;
-                ctx.set_leading(l);
-                l
-            } else {
-                ctx.is_leading()
             };
-            if leading && !was_leading && !args.once {
-                // A standby taking over reads what the previous leader recorded in Audit mode.
-                memory.audit = audit_memory::load(&ctx).await;
+            match outcome {
+                Some(Ok(())) => ready.store(true, Ordering::Relaxed),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "evaluation failed");
+                    if once {
+                        return Err(e);
+                    }
+                }
+                None => tracing::warn!(
+                    "stopping: the cycle under way did not finish in time and was abandoned; the next leader finishes what it started"
+                ),
             }
-            was_leading = leading;
-            if leading {
-                let now = ctx.clock.now();
-                let evaluation = cycle::evaluate(&ctx, &mut memory, now);
-                tokio::pin!(evaluation);
-                let mut stop_after = false;
-                let outcome = tokio::select! {
-                    outcome = &mut evaluation => Some(outcome),
-                    _ = stopping() => {
-                        stop_after = true;
-                        tracing::info!(grace = ?SHUTDOWN_GRACE, "stopping: finishing the cycle under way");
-                        tokio::time::timeout(SHUTDOWN_GRACE, &mut evaluation).await.ok()
-                    }
-                };
-                match outcome {
-                    Some(Ok(())) => ready.store(true, Ordering::Relaxed),
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "evaluation failed");
-                        if args.once {
-                            return Err(e);
-                        }
-                    }
-                    None => tracing::warn!(
-                        "stopping: the cycle under way did not finish in time and was abandoned; the next leader finishes what it started"
-                    ),
-                }
-                if stop_after {
-                    break;
-                }
+            if stop_after {
+                break;
+            }
+        } else {
+            // Standbys are ready: they serve metrics and take over when the Lease expires.
+            ready.store(true, Ordering::Relaxed);
+        }
+        if once {
+            return if leading {
+                Ok(())
             } else {
-                // Standbys are ready: they serve metrics and take over when the Lease expires.
-                ready.store(true, Ordering::Relaxed);
-            }
-            if args.once {
-                return if leading {
-                    Ok(())
-                } else {
-                    Err(Error::Controller(format!(
-                        "not the leader: Lease {lease} is held by another replica"
-                    )))
-                };
-            }
+                Err(Error::Controller(format!(
+                    "not the leader: Lease {lease} is held by another replica"
+                )))
+            };
         }
-        // SIGTERM: stop renewing, then give the Lease to whoever asks next.
-        if let Some(renewing) = renewing {
-            renewing.abort();
+    }
+    // SIGTERM: stop renewing, then give the Lease to whoever asks next.
+    if let Some(renewing) = renewing {
+        renewing.abort();
+    }
+    ctx.set_leading(false);
+    match elector.release().await {
+        Ok(true) => tracing::info!(lease = %lease, "stopped; Lease released"),
+        Ok(false) => tracing::info!(lease = %lease, "stopped; the Lease was not held here"),
+        Err(e) => {
+            tracing::warn!(lease = %lease, error = %e, "stopped; could not release the Lease (it expires on its own)")
         }
-        ctx.set_leading(false);
-        match elector.release().await {
-            Ok(true) => tracing::info!(lease = %lease, "stopped; Lease released"),
-            Ok(false) => tracing::info!(lease = %lease, "stopped; the Lease was not held here"),
-            Err(e) => tracing::warn!(lease = %lease, error = %e, "stopped; could not release the Lease (it expires on its own)"),
-        }
-        Ok(())
-    })
+    }
+    Ok(())
 }

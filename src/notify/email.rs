@@ -1,7 +1,7 @@
 //! Email: warnings and reclaim notices to the owner's addresses over SMTP
 //! (docs/notifications.md#email). Touches the network (one SMTP connection per send) and
 //! reads the password file on every send, so a rotated Secret takes effect without a
-//! restart; everything else is read once at start-up by [`EmailNotifier::from_args`].
+//! restart; everything else is read once at start-up by [`EmailNotifier::from_config`].
 //!
 //! The message is multipart/alternative: the plain text the templates rendered, and an
 //! HTML part [`html`] builds from the same fields (every value escaped). The snooze
@@ -26,10 +26,10 @@ use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::{Address, Message};
 
+use super::NotifyConfig;
 use super::content::{Kind, html_escape};
 use super::error::{NotifyError, Result};
 use super::{Failure, Notification, Notifier, Personal};
-use crate::cli::{NotifyArgs, SmtpSecurity};
 
 /// How long connecting (TCP and, for implicit TLS, the handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -140,12 +140,24 @@ fn tls_parameters(host: &str, ca_file: Option<&Path>) -> Result<TlsParameters> {
     })
 }
 
+/// How the SMTP connection is secured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SmtpSecurity {
+    /// STARTTLS, required.
+    #[default]
+    Starttls,
+    /// Implicit TLS (SMTPS).
+    Tls,
+    /// No TLS (refused with a password).
+    None,
+}
+
 impl EmailNotifier {
     /// The email channel from the flags: `None` without `--smtp-host` (email is off).
     /// Errors name the flag to fix: an unreadable or empty CA file, a From that is not an
     /// address, a user without a readable password file (or the reverse), a password over
     /// an unencrypted connection.
-    pub fn from_args(args: &NotifyArgs) -> Result<Option<EmailNotifier>> {
+    pub fn from_config(args: &NotifyConfig) -> Result<Option<EmailNotifier>> {
         let Some(host) = args
             .smtp_host
             .as_deref()

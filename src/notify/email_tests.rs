@@ -43,11 +43,11 @@ fn personal(kind: Kind, fields: Fields) -> Personal {
     }
 }
 
-fn args(host: Option<&str>) -> NotifyArgs {
-    NotifyArgs {
+fn args(host: Option<&str>) -> NotifyConfig {
+    NotifyConfig {
         smtp_host: host.map(str::to_string),
         smtp_from: "gpu-reaper <gpu-reaper@localhost>".into(),
-        ..NotifyArgs::default()
+        ..NotifyConfig::default()
     }
 }
 
@@ -145,13 +145,13 @@ fn missing_fields_leave_no_dangling_words_or_empty_rows() {
 
 #[test]
 fn email_is_off_without_a_host() {
-    assert!(EmailNotifier::from_args(&args(None)).unwrap().is_none());
+    assert!(EmailNotifier::from_config(&args(None)).unwrap().is_none());
     assert!(
-        EmailNotifier::from_args(&args(Some("  ")))
+        EmailNotifier::from_config(&args(Some("  ")))
             .unwrap()
             .is_none()
     );
-    let on = EmailNotifier::from_args(&args(Some("smtp.example.com")))
+    let on = EmailNotifier::from_config(&args(Some("smtp.example.com")))
         .unwrap()
         .unwrap();
     assert_eq!((on.host.as_str(), on.port), ("smtp.example.com", 587));
@@ -167,16 +167,16 @@ fn ports_default_by_security() {
     ] {
         let mut a = args(Some("smtp.example.com"));
         a.smtp_security = security;
-        assert_eq!(EmailNotifier::from_args(&a).unwrap().unwrap().port, port);
+        assert_eq!(EmailNotifier::from_config(&a).unwrap().unwrap().port, port);
         a.smtp_port = Some(2525);
-        assert_eq!(EmailNotifier::from_args(&a).unwrap().unwrap().port, 2525);
+        assert_eq!(EmailNotifier::from_config(&a).unwrap().unwrap().port, 2525);
     }
 }
 
 #[test]
 fn bad_settings_are_refused_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let err = |a: &NotifyArgs| EmailNotifier::from_args(a).unwrap_err().to_string();
+    let err = |a: &NotifyConfig| EmailNotifier::from_config(a).unwrap_err().to_string();
 
     let mut a = args(Some("smtp.example.com"));
     a.smtp_ca_file = Some(dir.path().join("missing.pem"));
@@ -210,7 +210,7 @@ fn bad_settings_are_refused_naming_the_flag() {
     let password = dir.path().join("password");
     std::fs::write(&password, "s3cret\n").unwrap();
     a.smtp_password_file = Some(password.clone());
-    assert!(EmailNotifier::from_args(&a).unwrap().is_some());
+    assert!(EmailNotifier::from_config(&a).unwrap().is_some());
     a.smtp_security = SmtpSecurity::None;
     assert!(err(&a).contains("clear text"), "{}", err(&a));
 

@@ -41,6 +41,7 @@ use slack_morphism::signature_verifier::{
     SlackEventSignatureVerifier, SlackEventSignatureVerifierError,
 };
 
+use super::NotifyConfig;
 use super::content::human_duration;
 use super::error::{NotifyError, Result};
 pub use super::metrics::{InteractionMetrics, Outcome};
@@ -50,7 +51,6 @@ use super::slack::{
 };
 use crate::api::keys;
 use crate::api::policy::GpuPolicy;
-use crate::cli::NotifyArgs;
 use crate::cluster::actions::{api_for, merge_patch};
 use crate::cluster::inventory::ObjectInfo;
 
@@ -126,8 +126,8 @@ impl InteractState {
 
     /// `None` without `--slack-signing-secret-file`; an error naming the flag when the
     /// file cannot be read or there is no Slack notifier (no `--slack-token-file`).
-    pub fn from_args(
-        args: &NotifyArgs,
+    pub fn from_config(
+        args: &NotifyConfig,
         client: kube::Client,
         slack: Option<&SlackNotifier>,
     ) -> Result<Option<Self>> {

@@ -15,10 +15,41 @@ pub mod metrics;
 pub mod owner;
 pub mod slack;
 
+use std::path::PathBuf;
+
 use futures::future::BoxFuture;
 
 use crate::cluster::inventory::ObjectInfo;
+pub use email::SmtpSecurity;
 pub use error::NotifyError;
+
+/// Slack and email settings (docs/notifications.md), typed once by the command's edge
+/// from the flags. A channel without its settings is off; a policy that asks for it then
+/// records the failure in metrics and its status. Errors name the flag to fix.
+#[derive(Debug, Clone, Default)]
+pub struct NotifyConfig {
+    /// File holding the Slack bot token (xoxb-…), re-read on every send.
+    pub slack_token_file: Option<PathBuf>,
+    /// File holding the Slack app's signing secret (verifies interactive payloads).
+    pub slack_signing_secret_file: Option<PathBuf>,
+    /// Slack Web API base URL.
+    pub slack_api_url: String,
+    /// Extra CA bundle (PEM) to trust for the Slack API URL.
+    pub slack_ca_file: Option<PathBuf>,
+    /// SMTP server host; email is off without it.
+    pub smtp_host: Option<String>,
+    /// SMTP port (None: 587 for starttls, 465 for tls, 25 for none).
+    pub smtp_port: Option<u16>,
+    pub smtp_security: SmtpSecurity,
+    /// Extra CA bundle (PEM) to trust for the SMTP server.
+    pub smtp_ca_file: Option<PathBuf>,
+    /// SMTP user (with `smtp_password_file`).
+    pub smtp_user: Option<String>,
+    /// File holding the SMTP password, re-read on every send.
+    pub smtp_password_file: Option<PathBuf>,
+    /// From address of warning emails.
+    pub smtp_from: String,
+}
 
 /// How loud a notification is (the Event type; a chat message's colour).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

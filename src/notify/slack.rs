@@ -39,10 +39,10 @@ use slack_morphism::errors::SlackClientError;
 use slack_morphism::hyper_tokio::SlackClientHyperConnector;
 use slack_morphism::prelude::*;
 
+use super::NotifyConfig;
 use super::content::Kind;
 use super::error::{NotifyError, Result};
 use super::{Failure, Notification, Notifier, Personal};
-use crate::cli::NotifyArgs;
 use crate::cluster::inventory::ObjectInfo;
 
 /// `action_id`s of the warning's buttons (what `interact` answers to).
@@ -638,7 +638,7 @@ pub struct SlackNotifier {
 impl SlackNotifier {
     /// `None` without `--slack-token-file`; an error naming the flag when the token or
     /// CA file cannot be read or the API URL is unusable.
-    pub fn from_args(args: &NotifyArgs) -> Result<Option<SlackNotifier>> {
+    pub fn from_config(args: &NotifyConfig) -> Result<Option<SlackNotifier>> {
         let Some(token_file) = &args.slack_token_file else {
             return Ok(None);
         };

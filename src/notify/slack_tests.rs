@@ -197,34 +197,36 @@ fn only_missing_recipients_are_unrouted() {
 }
 
 #[test]
-fn from_args_is_off_without_a_token_and_names_the_flag_on_errors() {
-    let args = NotifyArgs {
+fn from_config_is_off_without_a_token_and_names_the_flag_on_errors() {
+    let args = NotifyConfig {
         slack_api_url: "https://slack.com/api".into(),
-        ..NotifyArgs::default()
+        ..NotifyConfig::default()
     };
-    assert!(SlackNotifier::from_args(&args).unwrap().is_none());
+    assert!(SlackNotifier::from_config(&args).unwrap().is_none());
     let dir = tempfile::tempdir().unwrap();
-    let missing = NotifyArgs {
+    let missing = NotifyConfig {
         slack_token_file: Some(dir.path().join("absent")),
         ..args.clone()
     };
-    let err = SlackNotifier::from_args(&missing).unwrap_err().to_string();
+    let err = SlackNotifier::from_config(&missing)
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("--slack-token-file "), "{err}");
     let token = dir.path().join("token");
     std::fs::write(&token, "xoxb-1\n").unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, "not a certificate").unwrap();
-    let bad_ca = NotifyArgs {
+    let bad_ca = NotifyConfig {
         slack_token_file: Some(token.clone()),
         slack_ca_file: Some(ca),
         ..args.clone()
     };
-    let err = SlackNotifier::from_args(&bad_ca).unwrap_err().to_string();
+    let err = SlackNotifier::from_config(&bad_ca).unwrap_err().to_string();
     assert!(err.starts_with("--slack-ca-file "), "{err}");
-    let ok = NotifyArgs {
+    let ok = NotifyConfig {
         slack_token_file: Some(token),
         ..args
     };
-    let notifier = SlackNotifier::from_args(&ok).unwrap().unwrap();
+    let notifier = SlackNotifier::from_config(&ok).unwrap().unwrap();
     assert_eq!(notifier.name(), "slack");
 }

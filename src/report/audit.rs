@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use crate::api::policy::{ActionType, PolicyMode};
 use crate::backtest::{self, Backtest, BacktestOptions};
-use crate::cli::OutputFormat;
 use crate::cluster::inventory::{PodInfo, Workload};
 use crate::error::Result;
+use crate::report::OutputFormat;
 use crate::telemetry::trace::{PodRecord, Trace};
 
 /// Waste of one namespace.
@@ -513,7 +513,7 @@ mod tests {
 
     #[test]
     fn the_api_server_names_the_workloads_kube_state_metrics_cannot() {
-        let spec = crate::commands::backtest::load_policy(None).unwrap().spec;
+        let spec = crate::backtest::samples::sample_policy().unwrap().spec;
         let alone = audit(&spec, &trace(), 10);
         assert_eq!(
             offenders(&alone),

@@ -6,3 +6,11 @@ pub mod audit;
 pub mod explain;
 pub mod render;
 pub mod svg;
+
+/// How a report is written: a table for people, JSON or CSV for tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Table,
+    Json,
+    Csv,
+}
