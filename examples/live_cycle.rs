@@ -14,7 +14,8 @@
 //! thresholds, so distinct trackers) at a first instant and at `--cycles` more, one minute
 //! apart:
 //!
-//! - old: `PrometheusSource::observe`, 11 queries per policy every cycle;
+//! - old: `per_policy::observe` (below: the controller's path before the incremental
+//!   reads, kept here only to measure against), 11 queries per policy every cycle;
 //! - new: `PrometheusSource::refresh` into one `LiveTelemetry` (the horizon at the first
 //!   instant, then the minute since the previous read), observations per policy from
 //!   memory.
@@ -34,10 +35,9 @@ use std::time::{Duration, Instant};
 use gpu_reaper::api::policy::GpuPolicySpec;
 use gpu_reaper::engine::model::{LadderState, PodPhase, PodState, WorkloadMeta};
 use gpu_reaper::engine::{Rules, evaluate};
-use gpu_reaper::telemetry::live::{LiveTelemetry, horizon_seconds};
-use gpu_reaper::telemetry::prometheus::{
-    LiveSettings, Observations, PrometheusConfig, PrometheusSource,
-};
+use gpu_reaper::telemetry::live::{LiveTelemetry, Observations, horizon_seconds};
+use gpu_reaper::telemetry::prometheus::{PrometheusConfig, PrometheusSource};
+use per_policy::LiveSettings;
 
 /// Start of the synthetic history.
 const T0: i64 = 1_793_577_600;
@@ -360,7 +360,7 @@ fn main() {
                     workload_labels: Default::default(),
                 };
                 let observed = runtime
-                    .block_on(source.observe(r, &live, now))
+                    .block_on(per_policy::observe(&source, r, &live, now))
                     .expect("observe");
                 c.queries += 11;
                 c.gpus = c.gpus.max(observed.len());
@@ -439,5 +439,206 @@ fn main() {
             json_number(ratio),
             engine_seconds * 1000.0,
         );
+    }
+}
+
+/// The per-policy queries of before the incremental reads: every policy's activity
+/// queries evaluated at each cycle's instant (11 per policy; the number of queries grows
+/// with policies, never with pods or GPUs — every answer carries every GPU). Only range
+/// functions over raw samples count coverage (`count_over_time`), and subqueries only
+/// re-report real samples' own timestamps, so Prometheus' lookback never turns a gap into
+/// data.
+mod per_policy {
+    use std::collections::BTreeSet;
+
+    use gpu_reaper::api::policy::Signal;
+    use gpu_reaper::engine::{GpuObservation, Rules};
+    use gpu_reaper::telemetry::live::Observations;
+    use gpu_reaper::telemetry::prometheus::{PrometheusError, PrometheusSource};
+    use gpu_reaper::telemetry::trace::WorkloadLabels;
+
+    /// What the old cycle needed besides the policy: how often the exporter is scraped
+    /// (to turn sample counts into coverage), how far back to look for the last activity,
+    /// and an optional extra selector.
+    #[derive(Debug, Clone)]
+    pub struct LiveSettings {
+        pub scrape_interval_seconds: i64,
+        pub horizon_seconds: i64,
+        pub step_seconds: i64,
+        pub selector: String,
+        pub workload_labels: WorkloadLabels,
+    }
+
+    /// The activity metric families, in fallback order, with the factor that brings them to 0–1.
+    pub const ACTIVITY_SIGNALS: [(&str, f64); 2] = [
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1.0),
+        ("DCGM_FI_DEV_GPU_UTIL", 0.01),
+    ];
+
+    /// What one cycle asks per activity family.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct ActivityQueries {
+        /// Samples per GPU in the idle window (coverage = count × scrape interval ÷ window).
+        pub samples_in_window: String,
+        /// Timestamp of the last sample at or above the threshold within the horizon.
+        pub last_busy: String,
+        /// Last evaluation step within the horizon whose window had too few samples, or a
+        /// sample that is not an activity value (NaN from a broken exporter field, or
+        /// negative): such a window is blind, never evidence of idleness.
+        pub last_blind: String,
+        /// Timestamp of the first sample within the horizon.
+        pub first_sample: String,
+    }
+
+    /// Seconds as a PromQL duration.
+    fn secs(s: i64) -> String {
+        format!("{}s", s.max(1))
+    }
+
+    /// The shape of one cycle's queries under a policy.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub struct QueryShape {
+        /// Busy at or above this, on the 0–1 scale.
+        pub threshold: f64,
+        /// The idle window, seconds.
+        pub window: i64,
+        /// How far back the last activity is looked for, seconds.
+        pub horizon: i64,
+        /// Evaluation resolution, seconds.
+        pub step: i64,
+        /// Fewest samples a window may have to count as observed.
+        pub min_samples: u32,
+    }
+
+    /// The queries for one activity family (`scale` brings it to 0–1).
+    pub fn activity_queries(
+        family: &str,
+        scale: f64,
+        selector: &str,
+        shape: &QueryShape,
+    ) -> ActivityQueries {
+        let QueryShape {
+            threshold,
+            window,
+            horizon,
+            step,
+            min_samples,
+        } = *shape;
+        let series = format!("{family}{selector}");
+        let raw_threshold = threshold / scale;
+        ActivityQueries {
+            samples_in_window: format!("count_over_time({series}[{}])", secs(window)),
+            last_busy: format!(
+                "max_over_time(timestamp({series} >= {raw_threshold})[{}:{}])",
+                secs(horizon),
+                secs(step)
+            ),
+            // `min_over_time` < 0: a negative sample; a NaN sample makes the window's sum NaN,
+            // and NaN is the only value unequal to itself.
+            last_blind: format!(
+                "max_over_time(timestamp(count_over_time({series}[{w}]) < {min_samples} or min_over_time({series}[{w}]) < 0 or sum_over_time({series}[{w}]) != sum_over_time({series}[{w}]))[{}:{}])",
+                secs(horizon),
+                secs(step),
+                w = secs(window),
+            ),
+            first_sample: format!(
+                "min_over_time(timestamp({series})[{}:{}])",
+                secs(horizon),
+                secs(step)
+            ),
+        }
+    }
+
+    /// Latest value of a gauge family (memory held, PCIe receive, power), within the window.
+    pub fn latest(family: &str, selector: &str, window: i64) -> String {
+        format!("last_over_time({family}{selector}[{}])", secs(window))
+    }
+
+    /// Observes every GPU at `now` with a fixed number of queries.
+    pub async fn observe(
+        source: &PrometheusSource,
+        rules: &Rules,
+        live: &LiveSettings,
+        now: i64,
+    ) -> Result<Observations, PrometheusError> {
+        let window = rules.window.as_secs();
+        let min_samples = ((rules.min_coverage * window as f64)
+            / live.scrape_interval_seconds.max(1) as f64)
+            .ceil() as u32;
+        let mut out = Observations::new();
+        let signals: Vec<(&str, f64)> = match rules.signal {
+            Signal::Auto | Signal::Unknown => ACTIVITY_SIGNALS.to_vec(),
+            Signal::EngineActive => vec![ACTIVITY_SIGNALS[0]],
+            Signal::GpuUtil => vec![ACTIVITY_SIGNALS[1]],
+        };
+        let labels = &live.workload_labels;
+        // GPUs already described by an earlier (preferred) family keep it.
+        let mut described: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for (family, scale) in signals {
+            let shape = QueryShape {
+                threshold: rules.threshold,
+                window,
+                horizon: live.horizon_seconds,
+                step: live.step_seconds,
+                min_samples,
+            };
+            let q = activity_queries(family, scale, &live.selector, &shape);
+            let counts = source
+                .instant_vector(&q.samples_in_window, now, labels)
+                .await?;
+            let busy = source.instant_vector(&q.last_busy, now, labels).await?;
+            let blind = source.instant_vector(&q.last_blind, now, labels).await?;
+            let first = source.instant_vector(&q.first_sample, now, labels).await?;
+            let mut this_family = BTreeSet::new();
+            for (key, (identity, _)) in counts.iter().chain(first.iter()) {
+                if described.contains(key) {
+                    continue;
+                }
+                this_family.insert(key.clone());
+                let obs = out.entry(key.clone()).or_insert_with(|| GpuObservation {
+                    id: identity.id.clone(),
+                    model: identity.model.clone(),
+                    share: identity.share,
+                    ..Default::default()
+                });
+                let count = counts.get(key).map_or(0.0, |(_, v)| *v);
+                obs.coverage =
+                    (count * live.scrape_interval_seconds as f64 / window.max(1) as f64).min(1.0);
+                obs.last_busy_at = busy.get(key).and_then(|(_, v)| ts(*v));
+                obs.first_sample_at = first.get(key).and_then(|(_, v)| ts(*v));
+                // The current window counts too: with too few samples now, it is blind now.
+                let blind_now = (count as u32) < min_samples.max(1);
+                obs.blind_until = if blind_now {
+                    ts(now as f64)
+                } else {
+                    blind.get(key).and_then(|(_, v)| ts(*v))
+                };
+            }
+            described.extend(this_family);
+        }
+        for (family, field) in [
+            ("DCGM_FI_DEV_FB_USED", 0),
+            ("DCGM_FI_PROF_PCIE_RX_BYTES", 1),
+            ("DCGM_FI_DEV_POWER_USAGE", 2),
+        ] {
+            let query = latest(family, &live.selector, window);
+            for (key, (_, value)) in source.instant_vector(&query, now, labels).await? {
+                if let Some(obs) = out.get_mut(&key) {
+                    match field {
+                        0 => obs.fb_used_mib = Some(value),
+                        1 => obs.pcie_rx_bytes_per_second = Some(value),
+                        _ => obs.power_watts = Some(value),
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn ts(seconds: f64) -> Option<jiff::Timestamp> {
+        seconds
+            .is_finite()
+            .then(|| jiff::Timestamp::from_second(seconds.floor() as i64).ok())
+            .flatten()
     }
 }

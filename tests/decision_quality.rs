@@ -883,7 +883,7 @@ fn the_controller_and_the_backtest_plan_the_same_steps_from_the_same_inputs() {
     use gpu_reaper::api::policy::{ActionType, InferenceAction};
     use gpu_reaper::controller::plan::{AuditMemory, by_pod, plan};
     use gpu_reaper::engine::Histories;
-    use gpu_reaper::telemetry::prometheus::Observations;
+    use gpu_reaper::telemetry::live::Observations;
     let mix = Mix {
         inference: 4,
         replicas: 2,

@@ -570,7 +570,8 @@ pub fn service_account_kubeconfig(sim: &KubeSim, dir: &Path) -> PathBuf {
 
 // ---- the Prometheus stub ----
 
-/// Answers the controller's PromQL (see `gpu_reaper::telemetry::promql`) for every GPU,
+/// Answers the controller's PromQL (its live range reads, and the per-policy queries of
+/// before, now in examples/live_cycle.rs) for every GPU,
 /// with label sets like the DCGM exporter's (../shared/fixtures/dcgm/*query*.json), and
 /// counts what it was asked.
 pub struct PromStub {

@@ -12,7 +12,7 @@ use crate::cluster::inventory::{ObjectKey, Workload, group_of};
 use crate::engine::inference::Softer;
 use crate::engine::model::{Decision, GpuObservation, LadderState, WorkloadMeta};
 use crate::engine::{Candidate, Histories, Rules, evaluate_policy};
-use crate::telemetry::prometheus::Observations;
+use crate::telemetry::live::Observations;
 
 /// What the controller will do for one workload this cycle.
 #[derive(Debug, Clone, PartialEq)]

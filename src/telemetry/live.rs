@@ -27,9 +27,13 @@ use std::collections::HashMap;
 
 use jiff::Timestamp;
 
-use super::prometheus::Observations;
 use super::trace::{GpuIdentity, GpuSeries, Trace};
 use crate::api::policy::Signal;
+
+/// Observations of every GPU at one instant, keyed by (namespace, pod, GPU id); GPUs with
+/// no workload have empty namespace and pod. `pod` indexes are left 0 for the caller.
+pub type Observations =
+    std::collections::BTreeMap<(String, String, String), crate::engine::GpuObservation>;
 use crate::engine::{ActivityTracker, GpuObservation, Rules, Sample};
 
 /// The families one read asks for, whatever the policies: the two activity signals, then

@@ -9,6 +9,5 @@ pub mod matrix;
 pub mod openmetrics;
 pub mod openmetrics_writer;
 pub mod prometheus;
-pub mod promql;
 pub mod replay;
 pub mod trace;

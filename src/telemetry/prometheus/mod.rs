@@ -124,6 +124,26 @@ impl PrometheusSource {
         self.instant_with(query, time, parse_answer).await
     }
 
+    /// Evaluates `query` at `at` (unix seconds) as an instant vector keyed by GPU
+    /// (`names`: the workload label override); a series without a GPU identity is an
+    /// error, not retried.
+    pub async fn instant_vector(
+        &self,
+        query: &str,
+        at: i64,
+        names: &WorkloadLabels,
+    ) -> Result<GpuVector, PrometheusError> {
+        let fail = |message: String| PrometheusError {
+            url: self.config.url.clone(),
+            query: query.to_string(),
+            message,
+        };
+        // The answer's errors (retried when transient) come first.
+        self.instant_with(query, at, |status, body| parse_vector(status, body, names))
+            .await?
+            .map_err(fail)
+    }
+
     /// As [`Self::instant`], reading the answer's body with `parse`.
     async fn instant_with<T>(
         &self,
@@ -343,13 +363,11 @@ impl PrometheusSource {
 
 mod answer;
 mod live;
-mod per_policy;
 
 pub use answer::{
     GpuVector, add_matrix, for_each_matrix_sample, parse_answer, parse_vector, vector_by_gpu,
 };
 pub use live::Refreshed;
-pub use per_policy::{LiveSettings, Observations};
 
 fn describe(e: &prometheus_http_query::Error) -> String {
     match e {
