@@ -348,7 +348,7 @@ pub fn run_observed(
                         Softer::Keep { keep, why } => (
                             Some(keep),
                             // `keep` < replicas, else it would be AtMinimum.
-                            (replicas as f64 - f64::from(keep)) / replicas.max(1) as f64,
+                            crate::engine::inference::reclaimed_share(replicas, keep),
                             format!(
                                 "{}; request-driven inference ({why}): scaled down to {keep} replica(s) of {replicas} instead of zero",
                                 decision.reason

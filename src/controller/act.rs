@@ -60,15 +60,10 @@ pub async fn act(
         return;
     }
     let (result, reclaimed) = match judged.softer {
-        Softer::Keep { keep, .. } if action == ActionType::ScaleToZero => {
-            // The kept replicas' GPUs stay in use.
-            let pods = w.pods.len().max(1) as f64;
-            let share = (pods - f64::from(*keep)).max(0.0) / pods;
-            (
-                actions::scale_to_minimum(&ctx.client, root, *keep, now).await,
-                share,
-            )
-        }
+        Softer::Keep { keep, .. } if action == ActionType::ScaleToZero => (
+            actions::scale_to_minimum(&ctx.client, root, *keep, now).await,
+            crate::engine::inference::reclaimed_share(w.pods.len(), *keep),
+        ),
         _ => (
             actions::act(&ctx.client, action, root, &w.pods, now).await,
             1.0,

@@ -10,6 +10,7 @@
 //!   narrow window, and a warning is never lost silently. Failures are retried with
 //!   exponential backoff (1 min doubling to 1 h, at most [`MAX_ATTEMPTS`]).
 
+use crate::engine::classify::human;
 use crate::engine::inference::Softer;
 use std::collections::BTreeMap;
 
@@ -207,7 +208,11 @@ pub fn fields(
             },
         ),
         ("idle_since", idle_since.to_string()),
-        ("idle_for", content::human_duration(idle_seconds)),
+        // In whole minutes, as every duration a notification states.
+        (
+            "idle_for",
+            human(SignedDuration::from_mins(idle_seconds.max(0) / 60)),
+        ),
         ("shape", d.verdict.classification.as_str().to_string()),
         ("hourly_usd", format!("{:.2}", d.hourly_usd)),
         (

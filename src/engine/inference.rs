@@ -49,6 +49,14 @@ pub enum Softer {
     AtMinimum { keep: i32, why: String },
 }
 
+/// The share of a workload's GPUs that scaling its `replicas` pods down to `keep`
+/// reclaims (the kept replicas' GPUs stay in use): what the controller reports for a
+/// scale to a minimum, and what backtest counts as reclaimed.
+pub fn reclaimed_share(replicas: usize, keep: i32) -> f64 {
+    let replicas = replicas.max(1) as f64;
+    (replicas - f64::from(keep)).max(0.0) / replicas
+}
+
 /// The softer action for a workload with `replicas` replicas, under a policy keeping
 /// `min_replicas` (its `action.inference`), when its kind scales through `/scale`.
 pub fn softer(

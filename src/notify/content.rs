@@ -247,19 +247,6 @@ pub fn html_escape(s: &str) -> String {
     out
 }
 
-/// `3h10m`, `45m`, `2d4h` — how people say durations.
-pub fn human_duration(seconds: i64) -> String {
-    let s = seconds.max(0);
-    let (d, h, m) = (s / 86_400, (s % 86_400) / 3_600, (s % 3_600) / 60);
-    match (d, h, m) {
-        (0, 0, m) => format!("{m}m"),
-        (0, h, 0) => format!("{h}h"),
-        (0, h, m) => format!("{h}h{m}m"),
-        (d, 0, _) => format!("{d}d"),
-        (d, h, _) => format!("{d}d{h}h"),
-    }
-}
-
 /// What an action does, in words.
 pub fn action_verb(action: &str) -> &'static str {
     match action {
@@ -343,9 +330,6 @@ mod tests {
 
     #[test]
     fn durations_and_html_read_well() {
-        assert_eq!(human_duration(45 * 60), "45m");
-        assert_eq!(human_duration(3 * 3600 + 600), "3h10m");
-        assert_eq!(human_duration(2 * 86_400 + 4 * 3600 + 59), "2d4h");
         assert_eq!(
             html_escape("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"

@@ -42,7 +42,6 @@ use slack_morphism::signature_verifier::{
 };
 
 use super::NotifyConfig;
-use super::content::human_duration;
 use super::error::{NotifyError, Result};
 pub use super::metrics::{InteractionMetrics, Outcome};
 use super::slack::{
@@ -53,6 +52,7 @@ use crate::api::keys;
 use crate::api::policy::GpuPolicy;
 use crate::cluster::actions::{api_for, merge_patch};
 use crate::cluster::inventory::ObjectInfo;
+use crate::engine::classify::human;
 
 /// The path Slack's Interactivity Request URL points at.
 pub const PATH: &str = "/slack/interactivity";
@@ -519,7 +519,7 @@ async fn keep(
                 format!(
                     " (capped at policy {}'s maxSnooze of {})",
                     mrkdwn_escape(&click.value.p),
-                    human_duration(max.as_secs())
+                    human(jiff::SignedDuration::from_mins(max.as_secs().max(0) / 60))
                 )
             } else {
                 String::new()
