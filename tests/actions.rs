@@ -237,7 +237,7 @@ async fn scale_to_zero_records_the_replicas_first_and_wake_puts_them_back() {
         restore_of(&after),
         RestoreRecord {
             replicas: Some(3),
-            state: "done".into(),
+            state: gpu_reaper::cluster::actions::RestoreState::Done,
             ..RestoreRecord::default()
         }
     );
@@ -318,7 +318,7 @@ async fn a_controller_killed_between_the_restore_record_and_the_scale_finishes_w
         restore_of(&after),
         RestoreRecord {
             replicas: Some(4),
-            state: "done".into(),
+            state: gpu_reaper::cluster::actions::RestoreState::Done,
             ..RestoreRecord::default()
         }
     );
@@ -357,7 +357,7 @@ async fn request_driven_inference_is_scaled_to_its_minimum_and_wake_restores_eve
         RestoreRecord {
             replicas: Some(4),
             kept: Some(1),
-            state: "done".into(),
+            state: gpu_reaper::cluster::actions::RestoreState::Done,
             ..RestoreRecord::default()
         }
     );
@@ -766,7 +766,7 @@ async fn an_inference_service_is_stopped_with_the_kserve_stop_annotation_and_wak
         RestoreRecord {
             annotation: Some("serving.kserve.io/stop".into()),
             annotation_value: Some("false".into()),
-            state: "done".into(),
+            state: gpu_reaper::cluster::actions::RestoreState::Done,
             ..RestoreRecord::default()
         }
     );
@@ -1018,7 +1018,7 @@ async fn a_ray_service_is_reclaimed_through_the_worker_groups_of_its_active_clus
                 min_replicas: Some(1),
                 max_replicas: Some(1),
             }],
-            state: "done".into(),
+            state: gpu_reaper::cluster::actions::RestoreState::Done,
             ..RestoreRecord::default()
         }
     );
@@ -1085,7 +1085,10 @@ async fn suspending_a_ray_service_scales_its_workers_and_an_interrupted_one_fini
     let cluster = ns.get(RAY_CLUSTERS, "ray-serve-llm-x7k2p");
     assert_eq!(cluster["spec"]["workerGroupSpecs"][0]["replicas"], 0);
     let record = restore_of(&ns.get(RAY_SERVICES, "ray-serve-llm"));
-    assert_eq!(record.state, "done");
+    assert_eq!(
+        record.state,
+        gpu_reaper::cluster::actions::RestoreState::Done
+    );
     assert_eq!(record.worker_groups[0].replicas, Some(1));
 }
 

@@ -52,6 +52,11 @@ pub fn ksm_sanitize(key: &str) -> String {
         .collect()
 }
 
+/// The field manager of every server-side apply gpu-reaper makes (a GpuPolicy's status,
+/// the GPU ResourceQuotas, the Audit-mode memory ConfigMap): one stable name, so a
+/// forced apply takes over only the fields it wrote before.
+pub const FIELD_MANAGER: &str = "gpu-reaper";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,7 +84,23 @@ pub struct RestoreRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue_workload: Option<String>,
     /// `pending` until the action's write succeeded, then `done`.
-    pub state: String,
+    pub state: RestoreState,
+}
+
+/// Where the action a [`RestoreRecord`] belongs to stands; written as the lowercase
+/// words every version has written (`pending`, `done`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RestoreState {
+    /// Recorded before the action; its write has not succeeded yet.
+    #[default]
+    Pending,
+    /// The action's write succeeded.
+    Done,
+    /// A word this version does not know (a newer controller's): neither pending nor
+    /// done, as the string it was read as never matched either.
+    #[serde(other)]
+    Unknown,
 }
 
 /// A Ray worker group's replica fields before a reclaim (absent: not set).
@@ -318,7 +334,9 @@ pub async fn scale_subresource(
     let existing = RestoreRecord::parse(&root.annotations);
     let (replicas, keep) = match &existing {
         // Resuming an action a previous run started: keep the counts it recorded.
-        Some(r) if r.state == "pending" => (r.replicas.unwrap_or(current), r.kept.unwrap_or(0)),
+        Some(r) if r.state == RestoreState::Pending => {
+            (r.replicas.unwrap_or(current), r.kept.unwrap_or(0))
+        }
         _ if current <= keep => {
             return Ok(Outcome::AlreadyDone(format!(
                 "{key} already has {current} replicas"
@@ -328,7 +346,7 @@ pub async fn scale_subresource(
             let record = RestoreRecord {
                 replicas: Some(current),
                 kept: (keep > 0).then_some(keep),
-                state: "pending".into(),
+                state: RestoreState::Pending,
                 ..RestoreRecord::default()
             };
             record_restore(client, root, &record, "ScaleToZero", now).await?;
@@ -345,7 +363,7 @@ pub async fn scale_subresource(
     let done = RestoreRecord {
         replicas: Some(replicas),
         kept: (keep > 0).then_some(keep),
-        state: "done".into(),
+        state: RestoreState::Done,
         ..RestoreRecord::default()
     };
     mark_done(client, root, &done).await?;
@@ -392,7 +410,7 @@ pub async fn suspend(
     };
     let record = RestoreRecord {
         suspend: Some(false),
-        state: "done".into(),
+        state: RestoreState::Done,
         ..RestoreRecord::default()
     };
     let mut patch = reclaim_annotations(&record, "Suspend", now);
@@ -483,4 +501,38 @@ pub async fn evict(
         )));
     }
     Ok(Outcome::Done(format!("evicted {evicted} pods of {key}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn record(json: &str) -> Option<RestoreRecord> {
+        RestoreRecord::parse(&BTreeMap::from([(
+            keys::RESTORE.to_string(),
+            json.to_string(),
+        )]))
+    }
+
+    #[test]
+    fn restore_records_written_as_strings_by_earlier_versions_still_parse() {
+        let pending = record(r#"{"replicas":3,"kept":1,"state":"pending"}"#).unwrap();
+        assert_eq!(pending.state, RestoreState::Pending);
+        assert_eq!((pending.replicas, pending.kept), (Some(3), Some(1)));
+        let done = record(r#"{"replicas":1,"state":"done"}"#).unwrap();
+        assert_eq!(done.state, RestoreState::Done);
+        // A word this version does not know is neither, as before.
+        assert_eq!(
+            record(r#"{"replicas":1,"state":"restoring"}"#)
+                .unwrap()
+                .state,
+            RestoreState::Unknown
+        );
+        assert_eq!(
+            serde_json::to_string(&done).unwrap(),
+            r#"{"replicas":1,"state":"done"}"#
+        );
+    }
 }

@@ -47,7 +47,7 @@ pub async fn save(ctx: &Context, audit: &AuditMemory, now: Timestamp) {
     if let Err(e) = api
         .patch(
             &name,
-            &PatchParams::apply("gpu-reaper").force(),
+            &PatchParams::apply(crate::api::keys::FIELD_MANAGER).force(),
             &Patch::Apply(&body),
         )
         .await

@@ -31,7 +31,7 @@ pub const MAX_ATTEMPTS: u32 = 8;
 #[serde(rename_all = "camelCase")]
 pub struct ChannelState {
     /// `sending`, `sent`, `failed` or `unrouted`.
-    pub state: String,
+    pub state: SendState,
     #[serde(default)]
     pub attempts: u32,
     /// When to retry a failed send.
@@ -40,6 +40,25 @@ pub struct ChannelState {
     /// Who it went to (sent), or why not (failed, unrouted).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+}
+
+/// Where one channel's message stands; written as the lowercase words every version has
+/// written.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SendState {
+    /// Recorded before sending (left so by a controller that stopped: sent again).
+    #[default]
+    Sending,
+    /// It reached someone.
+    Sent,
+    /// A send failed; retried after a backoff.
+    Failed,
+    /// Nobody to send it to (no owner found): not retried.
+    Unrouted,
+    /// A word this version does not know (a newer controller's): neither due nor sent.
+    #[serde(other)]
+    Unknown,
 }
 
 /// The `gpureaper.io/notified` annotation.
@@ -95,7 +114,7 @@ impl Delivery {
                     (
                         channel_name(*c).to_string(),
                         ChannelState {
-                            state: "sending".into(),
+                            state: SendState::Sending,
                             ..ChannelState::default()
                         },
                     )
@@ -110,10 +129,10 @@ impl Delivery {
         self.channels
             .iter()
             .filter(|(_, s)| s.attempts < MAX_ATTEMPTS)
-            .filter(|(_, s)| match s.state.as_str() {
-                "sending" => true,
-                "failed" => s.next.is_none_or(|t| t <= now),
-                _ => false,
+            .filter(|(_, s)| match s.state {
+                SendState::Sending => true,
+                SendState::Failed => s.next.is_none_or(|t| t <= now),
+                SendState::Sent | SendState::Unrouted | SendState::Unknown => false,
             })
             .map(|(c, _)| c.clone())
             .collect()
@@ -130,17 +149,17 @@ impl Delivery {
         entry.attempts += 1;
         match result {
             Ok(to) => {
-                entry.state = "sent".into();
+                entry.state = SendState::Sent;
                 entry.detail = to.clone();
                 entry.next = None;
             }
             Err(crate::notify::Failure::Unrouted(why)) => {
-                entry.state = "unrouted".into();
+                entry.state = SendState::Unrouted;
                 entry.detail = why.clone();
                 entry.next = None;
             }
             Err(crate::notify::Failure::Retry(why)) => {
-                entry.state = "failed".into();
+                entry.state = SendState::Failed;
                 entry.detail = why.chars().take(300).collect();
                 let backoff = 60i64 << (entry.attempts.saturating_sub(1)).min(6);
                 entry.next = Some(now + SignedDuration::from_secs(backoff.min(3600)));
@@ -150,7 +169,7 @@ impl Delivery {
 
     /// A Slack or email warning reached someone.
     pub fn delivered(&self) -> bool {
-        self.channels.values().any(|s| s.state == "sent")
+        self.channels.values().any(|s| s.state == SendState::Sent)
     }
 }
 
@@ -284,6 +303,29 @@ pub fn kind_of(reason: &str) -> Option<Kind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delivery_states_written_as_strings_by_earlier_versions_still_parse() {
+        let text = r#"{"for":"2026-11-02T08:00:00Z","slack":{"state":"sent","attempts":1,"detail":"@alice"},"email":{"state":"failed","attempts":2,"next":"2026-11-02T08:02:00Z"},"event":{"state":"sending"},"teams":{"state":"unrouted","detail":"no owner"},"pager":{"state":"queued"}}"#;
+        let d = Delivery::parse(&BTreeMap::from([(
+            crate::api::keys::NOTIFIED.to_string(),
+            text.to_string(),
+        )]))
+        .unwrap();
+        let state = |c: &str| d.channels[c].state;
+        assert_eq!(state("slack"), SendState::Sent);
+        assert_eq!(state("email"), SendState::Failed);
+        assert_eq!(state("event"), SendState::Sending);
+        assert_eq!(state("teams"), SendState::Unrouted);
+        assert_eq!(state("pager"), SendState::Unknown);
+        assert!(d.delivered());
+        let now: Timestamp = "2026-11-02T08:03:00Z".parse().unwrap();
+        assert_eq!(d.due(now), ["email", "event"]);
+        assert!(
+            d.to_annotation()
+                .contains(r#""slack":{"state":"sent","attempts":1,"detail":"@alice"}"#)
+        );
+    }
     use crate::notify::Failure;
 
     fn t(s: &str) -> Timestamp {

@@ -15,7 +15,8 @@ use crate::cluster::actions::{self, ActionError, Outcome};
 use crate::cluster::inventory::{ObjectInfo, ObjectKey, Workload};
 
 fn pending(o: &ObjectInfo) -> bool {
-    actions::RestoreRecord::parse(&o.annotations).is_some_and(|r| r.state == "pending")
+    actions::RestoreRecord::parse(&o.annotations)
+        .is_some_and(|r| r.state == crate::cluster::actions::RestoreState::Pending)
 }
 
 fn wake_requested(o: &ObjectInfo) -> bool {
@@ -70,8 +71,10 @@ pub async fn run(
         let record = actions::RestoreRecord::parse(&w.root.annotations);
         // Replicas a scale to a minimum left serving are not the owner's doing.
         let kept = record.as_ref().and_then(|r| r.kept).unwrap_or(0);
-        let scaled_back = record.is_some_and(|r| r.state == "done" && r.replicas.is_some())
-            && w.pods.iter().filter(|p| !p.meta.deleting).count() > kept.max(0) as usize;
+        let scaled_back = record.is_some_and(|r| {
+            r.state == crate::cluster::actions::RestoreState::Done && r.replicas.is_some()
+        }) && w.pods.iter().filter(|p| !p.meta.deleting).count()
+            > kept.max(0) as usize;
         if !scaled_back || w.root.deleting {
             continue;
         }

@@ -167,7 +167,7 @@ impl QuotaKeeper {
             match api
                 .patch(
                     QUOTA_NAME,
-                    &PatchParams::apply("gpu-reaper").force(),
+                    &PatchParams::apply(crate::api::keys::FIELD_MANAGER).force(),
                     &Patch::Apply(&desired),
                 )
                 .await

@@ -22,7 +22,7 @@ use super::plan::{self, PolicyPlan, Reclaimed};
 use crate::api::GpuPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::api::conditions::{condition, set_condition};
+use crate::api::conditions::{DEGRADED, READY, condition, set_condition};
 use crate::api::policy::{GpuPolicyStatus, WorkloadCounts};
 use crate::cluster::inventory::{ObjectKey, Workload};
 use crate::engine::model::Step;
@@ -160,7 +160,7 @@ pub fn compute(
     set_condition(
         &mut status.conditions,
         condition(
-            "Degraded",
+            DEGRADED,
             degraded,
             if degraded {
                 "TelemetryUnavailable"
@@ -174,7 +174,7 @@ pub fn compute(
     set_condition(
         &mut status.conditions,
         condition(
-            "Ready",
+            READY,
             !degraded,
             if degraded {
                 "TelemetryUnavailable"
@@ -230,7 +230,7 @@ pub async fn apply(client: &kube::Client, name: &str, status: &GpuPolicyStatus) 
     if let Err(e) = api
         .patch_status(
             name,
-            &PatchParams::apply("gpu-reaper").force(),
+            &PatchParams::apply(crate::api::keys::FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
         .await

@@ -114,8 +114,9 @@ pub async fn scale_ray_workers(
     action: &str,
 ) -> Result<Outcome, ActionError> {
     let key = root.key();
-    let resuming = RestoreRecord::parse(&root.annotations)
-        .filter(|r| r.state == "pending" && r.ray_cluster.is_some());
+    let resuming = RestoreRecord::parse(&root.annotations).filter(|r| {
+        r.state == crate::cluster::actions::RestoreState::Pending && r.ray_cluster.is_some()
+    });
     let cluster_name = match &resuming {
         Some(r) => r.ray_cluster.clone().unwrap_or_default(),
         None if root.kind == "RayCluster" => root.name.clone(),
@@ -155,7 +156,7 @@ pub async fn scale_ray_workers(
                 client,
                 root,
                 &RestoreRecord {
-                    state: "done".into(),
+                    state: crate::cluster::actions::RestoreState::Done,
                     ..r
                 },
             )
@@ -196,7 +197,7 @@ pub async fn scale_ray_workers(
             let record = RestoreRecord {
                 ray_cluster: Some(cluster_name.clone()),
                 worker_groups: current.clone(),
-                state: "pending".into(),
+                state: crate::cluster::actions::RestoreState::Pending,
                 ..RestoreRecord::default()
             };
             record_restore(client, root, &record, action, now).await?;
@@ -228,7 +229,7 @@ pub async fn scale_ray_workers(
     let done = RestoreRecord {
         ray_cluster: Some(cluster_name.clone()),
         worker_groups: recorded.clone(),
-        state: "done".into(),
+        state: crate::cluster::actions::RestoreState::Done,
         ..RestoreRecord::default()
     };
     mark_done(client, root, &done).await?;

@@ -68,7 +68,7 @@ pub async fn deactivate_kueue_workload(
     let name = workload.metadata.name.clone().unwrap_or_default();
     let record = RestoreRecord {
         kueue_workload: Some(name.clone()),
-        state: "done".into(),
+        state: crate::cluster::actions::RestoreState::Done,
         ..RestoreRecord::default()
     };
     record_restore(client, root, &record, "Suspend", now).await?;
@@ -104,7 +104,7 @@ pub async fn stop_notebook(
     }
     let record = RestoreRecord {
         annotation: Some(NOTEBOOK_STOPPED.into()),
-        state: "done".into(),
+        state: crate::cluster::actions::RestoreState::Done,
         ..RestoreRecord::default()
     };
     let patch = {
@@ -164,7 +164,7 @@ pub async fn stop_kserve(
     let record = RestoreRecord {
         annotation: Some(KSERVE_STOP.into()),
         annotation_value: previous,
-        state: "done".into(),
+        state: crate::cluster::actions::RestoreState::Done,
         ..RestoreRecord::default()
     };
     let mut patch = reclaim_annotations(&record, "ScaleToZero", now);
@@ -215,7 +215,7 @@ async fn scale_predictor_to_zero(
     };
     let record = RestoreRecord {
         spec_patch: Some(json!({"predictor": {"minReplicas": previous}})),
-        state: "done".into(),
+        state: crate::cluster::actions::RestoreState::Done,
         ..RestoreRecord::default()
     };
     let mut patch = reclaim_annotations(&record, "ScaleToZero", now);
