@@ -390,7 +390,7 @@ pub struct GpuCountArgs {
     /// Default: kube-controller-manager's identities; add operators that create pods or
     /// workloads for a gated owner, e.g. system:serviceaccount:ray-system:kuberay-operator.
     #[arg(long = "trusted-controller", env = "GPU_REAPER_TRUSTED_CONTROLLERS", value_delimiter = ',',
-          default_values_t = crate::admission::decide::DEFAULT_TRUSTED_CONTROLLERS.map(String::from).to_vec())]
+          default_values_t = crate::admission::settings::DEFAULT_TRUSTED_CONTROLLERS.map(String::from).to_vec())]
     pub trusted_controllers: Vec<String>,
 }
 

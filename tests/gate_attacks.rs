@@ -22,11 +22,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use gpu_reaper::admission::decide::{Reason, Scalable, Verdict, admit};
 use gpu_reaper::admission::metrics::Metrics;
 use gpu_reaper::admission::review::AdmissionRequest;
 use gpu_reaper::admission::server::{AppState, SnapshotCell, probe_router, router};
-use gpu_reaper::admission::{Decision, Settings, Snapshot};
+use gpu_reaper::admission::{Decision, Reason, Scalable, Settings, Snapshot, Verdict, admit};
 use gpu_reaper::api::{GpuPolicy, ReadinessAttestation};
 use gpu_reaper::gpus::{self, Counted, GpuResources};
 use http_body_util::BodyExt;
@@ -1053,9 +1052,9 @@ fn an_approval_of_another_object_of_the_same_name_covers_nothing() {
         "was approved as another object of that name (uid u-1), not this one (uid u-2)",
     );
     // Nor does it count toward what the namespace may hold (G1, and the quota).
-    assert!(!gpu_reaper::admission::decide::standing(&other, now()));
+    assert!(!gpu_reaper::admission::checks::standing(&other, now()));
     let this = approved_as("u-2");
-    assert!(gpu_reaper::admission::decide::standing(&this, now()));
+    assert!(gpu_reaper::admission::checks::standing(&this, now()));
     assert!(decide(&snapshot(vec![enforce()], vec![this.clone()]), &claim).allowed());
 }
 

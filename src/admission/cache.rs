@@ -33,8 +33,8 @@ use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use super::decide::{Scalable, ScaleTarget, Settings, Snapshot};
 use super::metrics::{Metrics, ResourceLabels};
+use super::{Scalable, ScaleTarget, Settings, Snapshot};
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::gpus::{self, Counted, GpuResources};
 
@@ -382,7 +382,7 @@ pub fn build(folds: &Folds) -> Snapshot {
                 .held
                 .entry(ns.clone())
                 .or_default()
-                .push(super::decide::Held {
+                .push(super::Held {
                     labels: pod.labels.clone(),
                     gpus: pod.gpus,
                 });
@@ -409,7 +409,7 @@ pub fn build(folds: &Folds) -> Snapshot {
             .held
             .entry(ns.clone())
             .or_default()
-            .push(super::decide::Held {
+            .push(super::Held {
                 labels,
                 gpus: claim.gpus,
             });

@@ -1,9 +1,9 @@
 //! The budget gate's decision: a pure function of the request, a snapshot of the caches
 //! and the time. No IO here (invariant 9: never a call per request).
 //!
-//! Which rules apply is chosen by namespace only (G6): the GpuPolicy with `admission`
-//! rules whose `match.namespaceSelector` selects the namespace (highest priority, then
-//! name); labels and kinds the team writes never pick the gate.
+//! Which rules apply is chosen by namespace only ([`admission_policy`], G6); whether an
+//! attestation counts and covers a claim is [`super::checks`]; what the caches hold is the
+//! [`Snapshot`]; how GPUs are counted and whom to trust is the [`Settings`].
 //!
 //! Order of the rules for a write: not a GPU claim → allow; a pod, ReplicaSet or Job a
 //! listed controller made for a gated owner → allow; no policy → allow; an update that
@@ -24,210 +24,22 @@
 //! Writes to `*/scale` are judged as the replicas they ask for times the per-replica GPUs
 //! of the parent the caches hold; an unknown parent is an open-ended claim.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use serde_json::Value;
 
 use super::budget::{self, month_end, month_of};
+use super::checks::{check_attestation_held, standing};
 use super::message;
 pub use super::model::{Check, Decision, Reason, Verdict};
+use super::policy::admission_policy;
 use super::review::{AdmissionRequest, Operation};
-use crate::api::attestation::APPROVED;
+use super::settings::Settings;
+use super::snapshot::{Held, Snapshot, total};
 use crate::api::policy::{AdmissionMode, AdmissionSpec};
 use crate::api::{GpuPolicy, ReadinessAttestation, selector};
-use crate::gpus::{self, Claim, ClaimTemplates, Counted, GpuResources};
-
-/// Something a namespace holds GPUs with now: a pod that has not finished, or a
-/// ResourceClaim that no pod owns.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Held {
-    /// Its labels (what attestation selectors match).
-    pub labels: Arc<BTreeMap<String, String>>,
-    pub gpus: f64,
-}
-
-/// A parent of a `/scale` subresource: (API group, resource plural, namespace, name).
-pub type ScaleTarget = (String, String, String, String);
-
-/// What a scale write needs of its parent.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Scalable {
-    /// GPUs one replica claims.
-    pub per_replica: f64,
-    /// Labels of the object and its pod template.
-    pub label_sets: Vec<BTreeMap<String, String>>,
-}
-
-/// What the webhook's caches hold, indexed for the decision.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
-    /// Every GpuPolicy.
-    pub policies: Vec<Arc<GpuPolicy>>,
-    /// ReadinessAttestations by namespace.
-    pub attestations: HashMap<String, Vec<Arc<ReadinessAttestation>>>,
-    /// Namespace labels by name.
-    pub namespaces: HashMap<String, BTreeMap<String, String>>,
-    /// GPUs per pod of each DRA ResourceClaimTemplate, by (namespace, name).
-    pub claim_templates: HashMap<(String, String), f64>,
-    /// GPUs of each existing DRA ResourceClaim, by (namespace, name).
-    pub claims: HashMap<(String, String), f64>,
-    /// What each namespace holds GPUs with now (pods, unowned ResourceClaims).
-    pub held: HashMap<String, Vec<Held>>,
-    /// Parents of `/scale` subresources (Deployments, StatefulSets, ReplicaSets,
-    /// ReplicationControllers), every one of them, GPUs or not.
-    pub scalable: HashMap<ScaleTarget, Scalable>,
-    /// Nodes that offer GPUs (a DaemonSet runs one pod on each); `None`: unknown.
-    pub gpu_nodes: Option<u64>,
-}
-
-impl Snapshot {
-    /// Indexes the cached objects.
-    pub fn build(
-        policies: impl IntoIterator<Item = Arc<GpuPolicy>>,
-        attestations: impl IntoIterator<Item = Arc<ReadinessAttestation>>,
-        namespaces: impl IntoIterator<Item = (String, BTreeMap<String, String>)>,
-        claim_templates: HashMap<(String, String), f64>,
-    ) -> Self {
-        let mut by_namespace: HashMap<String, Vec<Arc<ReadinessAttestation>>> = HashMap::new();
-        for a in attestations {
-            let ns = a.metadata.namespace.clone().unwrap_or_default();
-            by_namespace.entry(ns).or_default().push(a);
-        }
-        let mut policies: Vec<_> = policies.into_iter().collect();
-        policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        Self {
-            policies,
-            attestations: by_namespace,
-            namespaces: namespaces.into_iter().collect(),
-            claim_templates,
-            ..Self::default()
-        }
-    }
-
-    /// Records that `namespace` holds `gpus` GPUs with an object labelled `labels`.
-    pub fn add_held(&mut self, namespace: &str, labels: BTreeMap<String, String>, gpus: f64) {
-        if gpus.is_finite() && gpus > 0.0 {
-            self.held
-                .entry(namespace.to_string())
-                .or_default()
-                .push(Held {
-                    labels: Arc::new(labels),
-                    gpus,
-                });
-        }
-    }
-
-    /// Records the parent of a `/scale` subresource.
-    pub fn add_scalable(&mut self, target: ScaleTarget, scalable: Scalable) {
-        self.scalable.insert(target, scalable);
-    }
-
-    /// Number of attestations cached.
-    pub fn attestation_count(&self) -> usize {
-        self.attestations.values().map(Vec::len).sum()
-    }
-
-    /// GPUs `namespace` holds now.
-    pub fn held_gpus(&self, namespace: &str) -> f64 {
-        total(
-            self.held
-                .get(namespace)
-                .into_iter()
-                .flatten()
-                .map(|h| h.gpus),
-        )
-    }
-}
-
-/// The identities whose writes of a controller-owned object (a pod of a ReplicaSet, a
-/// ReplicaSet of a Deployment, a Job of a CronJob, a claim of a pod) are trusted: the
-/// object's owner was gated, so it is not gated twice. kube-controller-manager's own
-/// identity and its per-controller ServiceAccounts (`--use-service-account-credentials`).
-/// Operators (KubeRay, the training operator, JobSet, …) are added by name
-/// (`--trusted-controller`, the chart's `webhook.trustedControllers`), never by a
-/// `system:` prefix (G7).
-pub const DEFAULT_TRUSTED_CONTROLLERS: [&str; 9] = [
-    "system:kube-controller-manager",
-    "system:serviceaccount:kube-system:replicaset-controller",
-    "system:serviceaccount:kube-system:deployment-controller",
-    "system:serviceaccount:kube-system:statefulset-controller",
-    "system:serviceaccount:kube-system:daemon-set-controller",
-    "system:serviceaccount:kube-system:job-controller",
-    "system:serviceaccount:kube-system:cronjob-controller",
-    "system:serviceaccount:kube-system:replication-controller",
-    "system:serviceaccount:kube-system:resource-claim-controller",
-];
-
-/// How the gate counts GPUs and whom it trusts.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub resources: GpuResources,
-    /// Usernames whose writes of controller-owned objects are not asked for an
-    /// attestation again (they are still held to the namespace's total).
-    pub trusted_controllers: Vec<String>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            resources: GpuResources::default(),
-            trusted_controllers: DEFAULT_TRUSTED_CONTROLLERS.map(String::from).to_vec(),
-        }
-    }
-}
-
-struct Facts<'a>(&'a Snapshot);
-
-impl ClaimTemplates for Facts<'_> {
-    fn gpus(&self, namespace: &str, name: &str) -> Option<f64> {
-        self.0
-            .claim_templates
-            .get(&(namespace.to_string(), name.to_string()))
-            .copied()
-    }
-
-    fn claim_gpus(&self, namespace: &str, name: &str) -> Option<f64> {
-        self.0
-            .claims
-            .get(&(namespace.to_string(), name.to_string()))
-            .copied()
-    }
-
-    fn gpu_nodes(&self) -> Option<u64> {
-        self.0.gpu_nodes
-    }
-}
-
-/// The GpuPolicy whose admission rules apply in a namespace labelled `namespace_labels`:
-/// among the policies with `spec.admission` whose `match.namespaceSelector` selects it,
-/// the highest `priority`, then the alphabetically first name. Workload labels and kinds
-/// are not consulted: the team writes those (G6).
-pub fn admission_policy<'a>(
-    policies: impl IntoIterator<Item = &'a GpuPolicy>,
-    namespace_labels: &BTreeMap<String, String>,
-) -> Option<(&'a GpuPolicy, &'a AdmissionSpec)> {
-    let mut best: Option<(&GpuPolicy, &AdmissionSpec)> = None;
-    for policy in policies {
-        let Some(rules) = policy.spec.admission.as_ref() else {
-            continue;
-        };
-        let selected = policy
-            .spec
-            .match_
-            .namespace_selector
-            .as_ref()
-            .is_none_or(|s| selector::matches(s, namespace_labels));
-        if !selected {
-            continue;
-        }
-        if best.is_none_or(|(b, _)| policy.outranks(b)) {
-            best = Some((policy, rules));
-        }
-    }
-    best
-}
+use crate::gpus::{self, Claim, ClaimTemplates, Counted};
 
 /// Decides one admission request.
 pub fn admit(
@@ -258,8 +70,8 @@ pub fn admit(
     let Some(object) = &request.object else {
         return Decision::allow(Reason::NotAClaim);
     };
-    let facts = Facts(snapshot);
-    let counted = gpus::count(object, &request.namespace, &settings.resources, &facts);
+    let facts: &dyn ClaimTemplates = snapshot;
+    let counted = gpus::count(object, &request.namespace, &settings.resources, facts);
     if let Ok(Counted::NotGoverned) = counted {
         return Decision::allow(Reason::NotAClaim);
     }
@@ -278,7 +90,7 @@ pub fn admit(
             &without_owners(object),
             &request.namespace,
             &settings.resources,
-            &facts,
+            facts,
         ),
         other => other,
     };
@@ -305,14 +117,14 @@ pub fn admit(
     let before = match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => {
             let old = if matches!(
-                gpus::count(old, &request.namespace, &settings.resources, &facts),
+                gpus::count(old, &request.namespace, &settings.resources, facts),
                 Ok(Counted::OwnedBy { .. })
             ) {
                 without_owners(old)
             } else {
                 old.clone()
             };
-            match gpus::count(&old, &request.namespace, &settings.resources, &facts) {
+            match gpus::count(&old, &request.namespace, &settings.resources, facts) {
                 // A suspended Job (JobSet, RayJob, Kubeflow job) holds nothing: resuming
                 // it claims all of its GPUs again, and is judged as such; so does a
                 // Deployment created paused, on its first rollout.
@@ -452,12 +264,12 @@ fn admit_owned(
     settings: &Settings,
     now: Timestamp,
 ) -> Decision {
-    let facts = Facts(snapshot);
+    let facts: &dyn ClaimTemplates = snapshot;
     let count = |v: &Value| match gpus::count(
         &without_owners(v),
         &request.namespace,
         &settings.resources,
-        &facts,
+        facts,
     ) {
         Ok(Counted::Claim(c)) => Some(c),
         _ => None,
@@ -859,92 +671,6 @@ impl<'a> Gate<'a> {
             }
         }
     }
-}
-
-/// A sum that is +0 when empty (`Iterator::sum` of no `f64` is -0, printed "-0").
-fn total(values: impl Iterator<Item = f64>) -> f64 {
-    values.fold(0.0, |a, b| a + b)
-}
-
-/// Approved for its current spec and unexpired: counts toward what a namespace may hold.
-pub fn standing(a: &ReadinessAttestation, now: Timestamp) -> bool {
-    matches!(
-        check_attestation_held(a, 0.0, 0.0, 0.0, &AdmissionSpec::default(), now),
-        Check::Passes
-    )
-}
-
-/// Runs the checks of one attestation against a claim of `gpus`, nothing else held.
-pub fn check_attestation(
-    a: &ReadinessAttestation,
-    gpus: f64,
-    rules: &AdmissionSpec,
-    now: Timestamp,
-) -> Check {
-    check_attestation_held(a, gpus, gpus, 0.0, rules, now)
-}
-
-/// Runs the checks of one attestation against a claim of `gpus` that adds `added` to the
-/// `held` GPUs the workloads it selects hold now: its `maxGpus` is one budget for all.
-pub fn check_attestation_held(
-    a: &ReadinessAttestation,
-    gpus: f64,
-    added: f64,
-    held: f64,
-    rules: &AdmissionSpec,
-    now: Timestamp,
-) -> Check {
-    let status = a.status.as_ref();
-    let approved = status.is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == APPROVED && c.status == "True")
-    });
-    if !approved {
-        return Check::NotApproved;
-    }
-    let approved_generation = status.and_then(|s| s.approved_generation);
-    if approved_generation.is_none() || approved_generation != a.metadata.generation {
-        return Check::StaleApproval {
-            approved: approved_generation,
-            current: a.metadata.generation,
-        };
-    }
-    if let Some(status) = status
-        && !status.approves_object(a.metadata.uid.as_deref())
-    {
-        return Check::OtherObject {
-            approved: status.approved_uid.clone().unwrap_or_default(),
-            current: a.metadata.uid.clone(),
-        };
-    }
-    if now >= a.spec.expires_at.0 {
-        return Check::Expired {
-            at: a.spec.expires_at.0,
-        };
-    }
-    let max = f64::from(a.spec.max_gpus);
-    if max < gpus || max < held + added {
-        return Check::TooFewGpus {
-            max: a.spec.max_gpus,
-            held,
-        };
-    }
-    if let Some(required) = &rules.require_evidence {
-        if let Some(min) = required.min_data_throughput_g_bps_per_gpu {
-            let per_gpu = a.spec.evidence.data_throughput_g_bps.unwrap_or(0.0) / gpus.max(1e-9);
-            if per_gpu < min {
-                return Check::LowThroughput {
-                    per_gpu,
-                    required: min,
-                };
-            }
-        }
-        if required.checkpointing && !a.spec.evidence.checkpointing {
-            return Check::NoCheckpointing;
-        }
-    }
-    Check::Passes
 }
 
 fn workload_name<'a>(request: &'a AdmissionRequest, object: &'a Value) -> &'a str {

@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 
 use super::budget;
-use super::decide::{Check, check_attestation, standing};
+use super::checks::{check_attestation, standing};
+use super::model::Check;
 use crate::api::attestation::APPROVED;
 use crate::api::conditions::condition;
 use crate::api::policy::AdmissionSpec;

@@ -23,9 +23,9 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 
-use super::decide::{Settings, Verdict, admit};
 use super::metrics::{Metrics, ResultLabels};
 use super::review::{self, AdmissionResponse, ResponseStatus};
+use super::{Settings, Verdict, admit};
 
 pub use super::cache::SnapshotCell;
 

@@ -11,9 +11,9 @@ use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::admission::decide::{Decision, Settings, Snapshot, Verdict, admit};
 use crate::admission::message::gpu_count;
 use crate::admission::review::{AdmissionRequest, GroupVersionKind, Operation, UserInfo};
+use crate::admission::{Decision, Settings, Snapshot, Verdict, admit};
 use crate::api::validate::parse_resource;
 use crate::api::{GpuPolicy, ReadinessAttestation};
 use crate::cli::{CheckArgs, CheckOutput};

@@ -22,7 +22,7 @@ use kube::{Client, Resource};
 use serde_json::json;
 
 use crate::admission::budget::month_of;
-use crate::admission::decide::admission_policy;
+use crate::admission::policy::admission_policy;
 use crate::admission::quota::{self, POLICY_LABEL, QUOTA_NAME};
 use crate::api::policy::AdmissionMode;
 use crate::api::{GpuPolicy, ReadinessAttestation};
