@@ -7,10 +7,11 @@
 //! counts and covers a claim), `decide` (`admit(request, snapshot)`; GPUs are counted by
 //! [`crate::gpus`]), `message` (the sentences kubectl prints), `attestation` (rules on
 //! attestation writes), `approval` (the rules of `gpu-reaper attest approve|revoke`),
-//! `quota` (the ResourceQuota and attestation condition the controller keeps, G2). IO:
-//! `server` (axum over rustls, certificate reload), `cache` (reflectors → snapshot),
-//! `metrics`. The commands that run them (`webhook`, `check`, `attest`) are in
-//! `src/commands/`.
+//! `quota` (the ResourceQuota and attestation condition the controller keeps, G2), `fold`
+//! (watched objects → what the snapshot keeps of them). IO: `server` (axum over rustls,
+//! certificate reload), `cache` (the watches feeding the folds, the published snapshot),
+//! `metrics`. The commands that
+//! run them (`webhook`, `check`, `attest`) are in `src/commands/`.
 
 pub mod approval;
 pub mod attestation;
@@ -18,6 +19,7 @@ pub mod budget;
 pub mod cache;
 pub mod checks;
 pub mod decide;
+pub mod fold;
 pub mod message;
 pub mod metrics;
 pub mod model;
