@@ -20,6 +20,24 @@ pub fn duration(text: &str) -> Result<SignedDuration, String> {
     SignedDuration::try_from(std).map_err(|e| format!("{text:?}: {e}"))
 }
 
+/// A Go-style duration clap can also print, so a default written as a constant elsewhere
+/// shows in `--help` as `24h` (`default_value_t`) and is parsed back by [`go_duration`].
+/// Printed by [`human`](crate::engine::classify::human): whole seconds, and past an hour
+/// whole minutes, which every default is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoDuration(pub SignedDuration);
+
+impl std::fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::engine::classify::human(self.0))
+    }
+}
+
+/// [`duration`] as a [`GoDuration`].
+pub fn go_duration(text: &str) -> Result<GoDuration, String> {
+    duration(text).map(GoDuration)
+}
+
 /// A Go-style duration longer than 0s.
 pub fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
     let d = duration(text)?;
@@ -226,8 +244,9 @@ pub struct LiveReadArgs {
     /// the request-driven-inference test start informed (Go duration; 0s: learn from the
     /// cycles alone). Only for policies that use them (`idle.maxResumeRisk`,
     /// `action.inference`); spans older than the policy's `idle.history` are dropped.
-    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", default_value = "24h", value_parser = duration)]
-    pub history_backfill: SignedDuration,
+    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", value_parser = go_duration,
+          default_value_t = GoDuration(crate::backtest::CONTROLLER_BACKFILL))]
+    pub history_backfill: GoDuration,
 }
 
 /// `gpu-reaper controller`.
@@ -766,6 +785,29 @@ mod tests {
         assert_eq!(
             args.prometheus.prometheus_chunk,
             std::time::Duration::from_secs(1800)
+        );
+    }
+
+    #[test]
+    fn the_history_backfill_defaults_to_the_controllers_constant_and_reads_as_go_writes_it() {
+        assert_eq!(
+            GoDuration(crate::backtest::CONTROLLER_BACKFILL).to_string(),
+            "24h"
+        );
+        let Command::Explain(args) =
+            Cli::try_parse_from(["gpu-reaper", "explain", "ns/Deployment/d"])
+                .unwrap()
+                .command
+        else {
+            panic!("explain")
+        };
+        assert_eq!(
+            args.live.history_backfill,
+            GoDuration(crate::backtest::CONTROLLER_BACKFILL)
+        );
+        assert_eq!(
+            go_duration("90m"),
+            Ok(GoDuration(SignedDuration::from_mins(90)))
         );
     }
 }

@@ -36,8 +36,9 @@ use crate::engine::{
 };
 use crate::telemetry::trace::{PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Trace};
 
-/// `controller --history-backfill`'s default: the most of the warm-up a controller
-/// installed at its end would read back from Prometheus.
+/// `controller --history-backfill`'s default (the one place it is written: clap shows and
+/// uses it through `cli::GoDuration`): the most of the warm-up a controller installed at
+/// its end would read back from Prometheus.
 pub const CONTROLLER_BACKFILL: SignedDuration = SignedDuration::from_hours(24);
 
 /// An action in effect on a workload.

@@ -91,7 +91,7 @@ fn settings(args: &ControllerArgs) -> Result<Settings> {
             lag_seconds: args.live.prometheus_read_lag.as_secs(),
             workload_labels: super::workload_labels(&args.prometheus),
         },
-        history_backfill: args.live.history_backfill,
+        history_backfill: args.live.history_backfill.0,
         history_labels: super::workload_labels(&args.prometheus),
         // A step shorter than the scrape interval would leave every other bucket
         // empty: coverage is counted in steps that each hold a sample.

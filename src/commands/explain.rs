@@ -72,7 +72,7 @@ impl Config {
                 lag_seconds: args.live.prometheus_read_lag.as_secs(),
                 workload_labels: labels.clone(),
             },
-            history_backfill: args.live.history_backfill,
+            history_backfill: args.live.history_backfill.0,
             history_labels: labels,
             // As the controller: coverage steps of the longer of the scrape and a minute.
             live_step_seconds: (args.live.scrape_interval.as_secs().max(1) as i64).max(60),

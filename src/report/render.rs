@@ -4,7 +4,8 @@ use std::fmt::Write;
 
 use jiff::Timestamp;
 
-use crate::backtest::Backtest;
+use crate::backtest::{Backtest, CONTROLLER_BACKFILL};
+use crate::engine::classify::human;
 
 /// JSON with a stable schema (documented in docs/backtest.md).
 pub fn json(b: &Backtest) -> Result<String, serde_json::Error> {
@@ -283,7 +284,8 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
     if cold {
         let _ = writeln!(
             out,
-            "\nnote: this is a controller installed at the trace's start, with no idle history before it: the risk levels wait (up to idle.maxIdle) until they have comparable spans. --warmup D replays one installed D later, whose --history-backfill reads back those D (at most 24h)."
+            "\nnote: this is a controller installed at the trace's start, with no idle history before it: the risk levels wait (up to idle.maxIdle) until they have comparable spans. --warmup D replays one installed D later, whose --history-backfill reads back those D (at most {}).",
+            human(CONTROLLER_BACKFILL)
         );
     }
     out
