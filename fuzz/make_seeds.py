@@ -2,7 +2,7 @@
 """Writes the seed corpora of the fuzz targets from real data (run from the repository
 root; ../shared/fixtures must exist): fuzz/corpus/{prometheus_answer,trace,policy,admit}/.
 The corpora are derived data of public files: not committed, written by scripts/test
-before the tests (tests/fuzz_inputs.rs reads them).
+before the tests (tests/pure/fuzz_inputs.rs reads them).
 
 Every seed is a real file, an exact slice of one, or a derivation named in its file
 name (`+ts`: the DCGM scrape with a timestamp appended to each sample line; `matrix`:

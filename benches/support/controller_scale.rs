@@ -1,5 +1,5 @@
 //! The controller-at-scale harness, shared by `examples/controller_scale.rs` (the figures
-//! in docs/performance.md) and `tests/scale.rs` (the write-count property at a small
+//! in docs/performance.md) and `tests/cluster/scale.rs` (the write-count property at a small
 //! size): a cluster of realistic root workloads seeded into kube-sim, a Prometheus stub
 //! that answers the controller's PromQL with DCGM-shaped vectors, and the real
 //! `gpu-reaper controller` binary run as a child process and measured from outside
@@ -532,7 +532,7 @@ fn ns_name(i: usize) -> String {
 /// Installs the CRDs and the policy through the API (so the CRD schema defaults apply),
 /// and RBAC for the controller's service account: everything (kube-sim records every
 /// call a service account makes; the chart's own least-privilege RBAC is tested in
-/// tests/helm.rs).
+/// tests/cluster/helm.rs).
 pub async fn install(sim: &KubeSim) -> Result<(), kube_sim::BoxError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let client = sim.client().await?;

@@ -422,7 +422,7 @@ spec:
         assert_eq!(p[0].field, "metadata", "{p:?}");
     }
 
-    /// Found by tests/fuzz_inputs.rs (2026-11-29): kube-core's duration parser panicked.
+    /// Found by tests/pure/fuzz_inputs.rs (2026-11-29): kube-core's duration parser panicked.
     #[test]
     fn a_duration_too_long_for_any_clock_is_rejected_naming_the_field() {
         let p = problems(&GOOD.replace("window: 30m", "window: 9223372036854775807h"));

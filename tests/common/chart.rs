@@ -1,5 +1,5 @@
-//! The Helm chart on the real control plane, shared by tests/budget_gate.rs and
-//! tests/helm.rs: the real helm (built with the control plane) renders or installs
+//! The Helm chart on the real control plane, shared by tests/cluster/budget_gate.rs and
+//! tests/cluster/helm.rs: the real helm (built with the control plane) renders or installs
 //! `helm/gpu-reaper`, and [`Gate`] runs the real `gpu-reaper webhook` binary on this
 //! machine behind the chart's own Service and ValidatingWebhookConfiguration, so the real
 //! API server calls it over TLS, verifies the chart's certificate against the Service's

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real SMTP server on loopback for tests/notify_email.rs (aiosmtpd, installed by .ci/run).
+"""A real SMTP server on loopback for tests/notify/notify_email.rs (aiosmtpd, installed by .ci/run).
 
     server.py --port 0 --mode starttls|tls|plain --cert CERT --key KEY [--auth USER:PASSWORD] --out DIR
 

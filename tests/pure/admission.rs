@@ -246,7 +246,7 @@ async fn each_real_workload_kind_is_counted_and_gated_when_it_claims_gpus() {
             "9",
         ),
         // With concurrencyPolicy Forbid (the fixture's Allow is open-ended: a run per
-        // schedule may pile up, tests/gate_attacks.rs), one run.
+        // schedule may pile up, tests/pure/gate_attacks.rs), one run.
         (
             "kubewarden-policies__user-group-psp-policy__cronjob_root_user.json",
             "9",

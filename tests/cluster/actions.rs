@@ -8,7 +8,7 @@
 //! evicts a deactivated Workload's Job. The third-party kinds (Kubeflow, KServe, KubeRay,
 //! unknown CRDs) are served by minimal CRDs the real API server validates.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;

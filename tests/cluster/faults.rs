@@ -4,10 +4,10 @@
 //! asserts what must hold, not merely that nothing crashed. The faults already covered
 //! elsewhere are listed in docs/reliability.md with the test that covers them.
 //!
-//! Same harness as tests/controller.rs: kube-sim in-process, the real Prometheus
+//! Same harness as tests/cluster/controller.rs: kube-sim in-process, the real Prometheus
 //! backfilled with DCGM-shaped history, and the real binary run `--once --now T`.
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::process::Stdio;
@@ -22,7 +22,7 @@ const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
 const CHAT: &str = "/apis/apps/v1/namespaces/ml/deployments/chat";
 
 /// Start of the recorded history, ten minutes ahead on a whole minute (see
-/// tests/controller.rs: kube-sim stamps objects with the wall clock).
+/// tests/cluster/controller.rs: kube-sim stamps objects with the wall clock).
 fn t0() -> i64 {
     static T0: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     *T0.get_or_init(|| jiff::Timestamp::now().as_second() / 60 * 60 + 600)

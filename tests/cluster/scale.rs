@@ -5,13 +5,10 @@
 //! the first cycle writes on exactly the workloads it warns, and the later cycles, with
 //! nothing changed, write on no workload and send no Event.
 
-#[path = "../benches/support/controller_scale.rs"]
-mod controller_scale;
-
 use std::path::Path;
 use std::time::Duration;
 
-use controller_scale::Scenario;
+use crate::controller_scale::{self, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_workloads_get_no_writes_after_the_first_cycle() {

@@ -12,9 +12,7 @@ use gpu_reaper::engine::{ActivityTracker, Rules, Sample, evaluate, limit_actions
 use jiff::SignedDuration;
 use proptest::prelude::*;
 
-#[path = "common/time.rs"]
-mod time;
-use time::at;
+use crate::time::at;
 
 fn rules(mode: PolicyMode) -> Rules {
     Rules::from_spec(&GpuPolicySpec {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
-mod common;
+use crate::common;
 
 use common::{free_port, prometheus_with};
 

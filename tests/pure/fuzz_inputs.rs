@@ -5,7 +5,7 @@
 //!
 //! Cases per property: `FUZZ_CASES` (default 256; the policy property runs a quarter of
 //! them), bounded for CI; by hand, e.g.
-//! `FUZZ_CASES=100000 cargo test --release --test fuzz_inputs`.
+//! `FUZZ_CASES=100000 cargo test --release --test pure fuzz_inputs::`.
 
 use std::sync::OnceLock;
 

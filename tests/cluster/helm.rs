@@ -10,7 +10,7 @@
 //! budget gate are narrowed to the test's namespaces; the chart's pods are kept off the
 //! kwok nodes (`nodeSelector` matching no node), since a kwok "pod" serves nothing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

@@ -8,14 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::common::pki;
 use gpu_reaper::cluster::inventory::ObjectInfo;
 use gpu_reaper::notify::content::{Fields, Kind, Templates};
 use gpu_reaper::notify::email::EmailNotifier;
 use gpu_reaper::notify::owner::{Owner, OwnerSource};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
 use gpu_reaper::notify::{NotifyConfig, SmtpSecurity};
-#[path = "common/pki.rs"]
-mod pki;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smtp/server.py");

@@ -5,7 +5,7 @@
 //! outage is recorded, counted and retried, and a signed "Keep 4h" click on the
 //! controller's /slack/interactivity delays the action.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

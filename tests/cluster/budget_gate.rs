@@ -12,7 +12,7 @@
 //! workloads, a GpuPolicy governing only that namespace and a webhook configuration
 //! scoped to it, so the tests share one cluster.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! docs through `kubectl explain`, the printer columns of `kubectl get`, and the CEL rules
 //! and schema limits enforced by the server itself, not by gpu-reaper.
 
-mod common;
+use crate::common;
 
 use common::cluster::cluster;
 

@@ -10,12 +10,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
+use common::pki;
 use gpu_reaper::admission::server::{CertReloader, serve_tls, tls_config};
 use gpu_reaper::cluster::inventory::ObjectInfo;
 use gpu_reaper::notify::content::{Fields, Kind, Templates};
@@ -24,8 +26,6 @@ use gpu_reaper::notify::owner::{self, Owner, OwnerSource};
 use gpu_reaper::notify::slack::{SlackApi, SlackNotifier, https_connector};
 use gpu_reaper::notify::{Failure, Notification, Notifier, Personal, Severity};
 use jiff::{SignedDuration, Timestamp};
-mod common;
-use common::pki;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

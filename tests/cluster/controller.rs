@@ -9,7 +9,7 @@
 //! memory kept between cycles, the leadership flag) runs the stages in-process through
 //! `Context::test` with the same flags, at the end of this file.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 
