@@ -1196,13 +1196,13 @@ fn http_body(port: u16, path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_policies_go_on() {
     // Written while a newer CRD is installed, which is then put back (objects already
-    // stored are kept as they are). No other test of this binary runs meanwhile: the API
-    // server re-initializes the GpuPolicy storage after each CRD change.
+    // stored are kept as they are). No other test of this binary uses the cluster
+    // meanwhile: the API server re-initializes the GpuPolicy storage after each CRD change.
     let cluster = cluster();
     cluster.install_crds();
     let newer = format!("newer-{}", common::cluster::unique());
     let _delete = DeletePolicy(cluster, newer.clone());
-    common::scenario::with_crd_change(|| {
+    common::cluster::with_crd_change(|| {
         let _committed = CommittedCrds(cluster);
         let manifest = format!(
             "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {newer}}}\nspec:\n  action: {{type: Hibernate, after: 60m}}\n"

@@ -9,12 +9,15 @@
 //!   stopped when the binary exits.
 //!
 //! Tests share it, so each works in namespaces of its own ([`Cluster::namespace`]) and
-//! names its cluster-scoped objects after itself.
+//! names its cluster-scoped objects after itself. The one thing a test cannot keep to
+//! itself is a CRD's schema: [`with_crd_change`].
 #![allow(dead_code)]
 
+use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -24,8 +27,11 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
 }
 
-/// The cluster of this test run (started on first use).
+/// The cluster of this test run (started on first use). The calling thread uses it until
+/// the thread ends (libtest runs each test on a thread of its own); while another test
+/// changes a CRD's schema ([`with_crd_change`]), this waits until it is done.
 pub fn cluster() -> &'static Cluster {
+    enter();
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let dir = match std::env::var_os("GPU_REAPER_TESTENV") {
@@ -58,6 +64,86 @@ pub fn cluster() -> &'static Cluster {
         );
         Cluster { dir, kubeconfig }
     })
+}
+
+/// The threads of this process using the cluster, and the one changing a CRD's schema.
+/// After a CRD changes, the API server answers 429 "storage is (re)initializing" to
+/// requests for its resource for a moment, and a test beside it would see the changed
+/// schema: the suites of one binary run side by side, so a change waits for them.
+struct Users {
+    threads: Vec<ThreadId>,
+    changing: Option<ThreadId>,
+}
+
+static USERS: (Mutex<Users>, Condvar) = (
+    Mutex::new(Users {
+        threads: Vec::new(),
+        changing: None,
+    }),
+    Condvar::new(),
+);
+
+fn users() -> MutexGuard<'static, Users> {
+    USERS.0.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn wait(guard: MutexGuard<'static, Users>) -> MutexGuard<'static, Users> {
+    USERS.1.wait(guard).unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Its thread's use of the cluster, ended with the thread.
+struct Using(ThreadId);
+
+impl Drop for Using {
+    fn drop(&mut self) {
+        users().threads.retain(|thread| *thread != self.0);
+        USERS.1.notify_all();
+    }
+}
+
+thread_local! {
+    static USING: OnceCell<Using> = const { OnceCell::new() };
+}
+
+/// Counts this thread as using the cluster, once no other thread is changing a CRD.
+fn enter() {
+    let me = std::thread::current().id();
+    let mut users = users();
+    while users.changing.is_some_and(|thread| thread != me) {
+        users = wait(users);
+    }
+    if !users.threads.contains(&me) {
+        users.threads.push(me);
+        drop(users);
+        USING.with(|using| {
+            let _ = using.set(Using(me));
+        });
+    }
+}
+
+/// Runs `change` (a change of a CRD's schema, put back before it returns) while no other
+/// thread of this process uses the cluster (so before the test's own tasks ask for it);
+/// tests asking for it meanwhile wait.
+pub fn with_crd_change<T>(change: impl FnOnce() -> T) -> T {
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            users().changing = None;
+            USERS.1.notify_all();
+        }
+    }
+    let me = std::thread::current().id();
+    let mut users = users();
+    while users.changing.is_some() {
+        users = wait(users);
+    }
+    users.changing = Some(me);
+    while users.threads.iter().any(|thread| *thread != me) {
+        users = wait(users);
+    }
+    drop(users);
+    let _done = Done;
+    change()
 }
 
 /// What a command printed, and whether it succeeded.

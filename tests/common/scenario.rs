@@ -4,8 +4,7 @@
 //! (`--policy-selector`), a Lease of its own, and `gpu-reaper controller --once --now`
 //! run at chosen instants (no test waits for an idle hour to pass).
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
@@ -48,54 +47,6 @@ pub struct Workload {
     pub pods: (String, usize),
 }
 
-/// The namespaces of the scenarios alive in this process, and whether a test is changing
-/// a CRD's schema. After a CRD changes, the API server answers 429 "storage is
-/// (re)initializing" to requests for its resource for a moment, which would fail a cycle
-/// of a test running beside it: [`Scenario::start`] waits while a change is under way,
-/// and [`with_crd_change`] until no scenario is alive. (Test binaries run one after
-/// another; tests of one binary side by side.)
-static CLUSTER_WIDE: (Mutex<(BTreeSet<String>, bool)>, Condvar) =
-    (Mutex::new((BTreeSet::new(), false)), Condvar::new());
-
-fn cluster_wide() -> MutexGuard<'static, (BTreeSet<String>, bool)> {
-    CLUSTER_WIDE
-        .0
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
-
-fn wait_cluster_wide(
-    guard: MutexGuard<'static, (BTreeSet<String>, bool)>,
-) -> MutexGuard<'static, (BTreeSet<String>, bool)> {
-    CLUSTER_WIDE
-        .1
-        .wait(guard)
-        .unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Runs `change` (a change of a CRD's schema, put back before it returns) while no
-/// scenario of this process is alive, none starting.
-pub fn with_crd_change<T>(change: impl FnOnce() -> T) -> T {
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            cluster_wide().1 = false;
-            CLUSTER_WIDE.1.notify_all();
-        }
-    }
-    let mut state = cluster_wide();
-    while state.1 {
-        state = wait_cluster_wide(state);
-    }
-    state.1 = true;
-    while !state.0.is_empty() {
-        state = wait_cluster_wide(state);
-    }
-    drop(state);
-    let _done = Done;
-    change()
-}
-
 pub struct Scenario {
     pub cluster: &'static Cluster,
     pub ns: String,
@@ -116,13 +67,7 @@ impl Scenario {
     ) -> Self {
         let cluster = cluster();
         cluster.install_crds();
-        let mut state = cluster_wide();
-        while state.1 {
-            state = wait_cluster_wide(state);
-        }
         let ns = cluster.namespace(&format!("ml-{test}"), &[]);
-        state.0.insert(ns.clone());
-        drop(state);
         let workloads = workloads(&ns);
         for w in &workloads {
             cluster.apply(&w.manifest);
@@ -275,9 +220,6 @@ impl Scenario {
 impl Drop for Scenario {
     /// The namespace and the policy go (the cluster is shared: their pods hold GPUs).
     fn drop(&mut self) {
-        if cluster_wide().0.remove(&self.ns) {
-            CLUSTER_WIDE.1.notify_all();
-        }
         let _ = self
             .cluster
             .try_kubectl(&["delete", "namespace", &self.ns, "--wait=false"], None);
