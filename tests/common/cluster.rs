@@ -387,3 +387,64 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+/// A control plane of a test's own, not the run's shared one: for a test that stops and
+/// restarts its parts (kube-apiserver, etcd). `scripts/testenv up` in a temporary
+/// directory with `gpu_nodes` 8-GPU nodes; stopped when dropped (and when the test
+/// process exits).
+pub struct OwnCluster {
+    pub cluster: Cluster,
+}
+
+impl OwnCluster {
+    pub fn up(name: &str, gpu_nodes: u32) -> OwnCluster {
+        let dir = std::env::temp_dir().join(format!("gpu-reaper-{name}-{}", std::process::id()));
+        let out = Command::new(Path::new(ROOT).join("scripts/testenv"))
+            .arg("up")
+            .arg(&dir)
+            .args(["--owner-pid", &std::process::id().to_string()])
+            .env("GPU_REAPER_TESTENV_GPU_NODES", gpu_nodes.to_string())
+            .stdout(Stdio::null())
+            .output()
+            .expect("scripts/testenv runs (needs bash, Go, openssl, curl)");
+        assert!(
+            out.status.success(),
+            "scripts/testenv up {} failed:\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        OwnCluster {
+            cluster: Cluster {
+                kubeconfig: dir.join("kubeconfig"),
+                dir,
+            },
+        }
+    }
+
+    /// `scripts/testenv restart DIR COMPONENT SECONDS`: stops one part of the control
+    /// plane, leaves it down `seconds`, starts it again (and, for kube-apiserver, waits
+    /// until it is ready).
+    pub fn restart(&self, component: &str, seconds: u32) {
+        let out = Command::new(Path::new(ROOT).join("scripts/testenv"))
+            .arg("restart")
+            .arg(&self.cluster.dir)
+            .args([component, &seconds.to_string()])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/testenv restart {component}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(Path::new(ROOT).join("scripts/testenv"))
+            .arg("down")
+            .arg(&self.cluster.dir)
+            .output();
+    }
+}

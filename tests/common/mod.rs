@@ -44,6 +44,29 @@ pub fn prometheus_with(name: &str, openmetrics: &[u8]) -> Prometheus {
 /// certificates, basic auth): `web` holds `web.yml` and the files it names, relative to
 /// it. With TLS the URL is `https://127.0.0.1:PORT`.
 pub fn prometheus_serving(name: &str, openmetrics: &[u8], web: &[(&str, &str)]) -> Prometheus {
+    prometheus_configured(name, openmetrics, web, "")
+}
+
+/// Like [`prometheus_with`], as one replica of an HA pair behind Thanos: its external
+/// labels are `cluster="test"` and `replica="{replica}"` (a Thanos sidecar refuses a
+/// Prometheus without external labels).
+pub fn prometheus_replica(name: &str, openmetrics: &[u8], replica: &str) -> Prometheus {
+    prometheus_configured(
+        name,
+        openmetrics,
+        &[],
+        &format!("  external_labels:\n    cluster: test\n    replica: {replica}\n"),
+    )
+}
+
+/// The real Prometheus over `openmetrics`; `global` is more of the configuration's
+/// `global:` section (indented two spaces).
+fn prometheus_configured(
+    name: &str,
+    openmetrics: &[u8],
+    web: &[(&str, &str)],
+    global: &str,
+) -> Prometheus {
     let dir = std::env::temp_dir().join(format!("gpu-reaper-prom-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -66,7 +89,7 @@ pub fn prometheus_serving(name: &str, openmetrics: &[u8], web: &[(&str, &str)]) 
     );
     std::fs::write(
         dir.join("prometheus.yml"),
-        "global:\n  scrape_interval: 1m\n",
+        format!("global:\n  scrape_interval: 1m\n{global}"),
     )
     .unwrap();
     for (file, text) in web {
