@@ -47,7 +47,8 @@ fn name(group: &str, i: usize) -> String {
 
 fn deployments() -> String {
     let mut items = Vec::new();
-    for group in ["idle", "busy", "wave"] {
+    // "steady", not "busy": the test SMTP server answers 450 to recipients named busy…@.
+    for group in ["idle", "steady", "wave"] {
         for i in 0..PER_GROUP {
             let n = name(group, i);
             items.push(serde_json::json!({
@@ -337,7 +338,12 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
     let started = Instant::now();
     // 150 one-GPU Deployments, and room for them after wakes: 20 nodes of 8.
     let own = OwnCluster::up("soak", 20);
-    let dir = tempfile::tempdir().unwrap();
+    // Kept when the soak fails (its logs, mails and the cluster's logs are the evidence);
+    // removed when it passes.
+    let dir = tempfile::Builder::new()
+        .prefix("gpu-reaper-soak-run-")
+        .tempdir()
+        .unwrap();
     std::fs::create_dir(dir.path().join("mail")).unwrap();
     let cluster = &own.cluster;
     let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
@@ -399,7 +405,7 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
             "--pattern",
             &format!("{NS}/idle-*=idle"),
             "--pattern",
-            &format!("{NS}/busy-*=busy"),
+            &format!("{NS}/steady-*=busy"),
             "--pattern",
             &format!("{NS}/wave-*=busy:3m,idle:5m"),
         ],
@@ -412,6 +418,8 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
         smtp_port: free_port(),
         replay_target: replay.target(),
     };
+    // Declared after `soak`, so dropped (and copying) before it is.
+    let kept = KeepOnPanic(soak.dir.path().to_path_buf(), soak.own.cluster.dir.clone());
     let cluster = soak.cluster();
     let mut prometheus = Some(soak.prometheus());
     let mut smtp = Some(soak.smtp());
@@ -630,14 +638,15 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
         let n = to.trim_end_matches("@example.com");
         assert!(
             record.warnings.get(n).is_some_and(|w| w.contains(deadline)),
-            "an email to {to} names {deadline}, which no warning Event does"
+            "an email to {to} names {deadline}, which no warning Event does; the Events name {:?}",
+            record.warnings.get(n)
         );
     }
     // Busy workloads untouched.
     for (n, _) in record
         .warnings
         .iter()
-        .filter(|(n, _)| n.starts_with("busy-"))
+        .filter(|(n, _)| n.starts_with("steady-"))
     {
         panic!("busy workload {n} was warned");
     }
@@ -654,7 +663,7 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
                 d["metadata"]["annotations"]
             );
         }
-        if n.starts_with("busy-") {
+        if n.starts_with("steady-") {
             assert_eq!(d["spec"]["replicas"], 1, "{n}");
         }
     }
@@ -671,6 +680,35 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
         record.unreadable
     );
     drop(replay);
+    drop(kept);
+}
+
+/// Says where the evidence is when the soak fails, and keeps it: the run's directory
+/// (controller, Prometheus, SMTP logs; mails) is not removed, and the cluster's logs are
+/// copied beside it.
+struct KeepOnPanic(PathBuf, PathBuf);
+
+impl Drop for KeepOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let kept =
+                std::env::temp_dir().join(format!("gpu-reaper-soak-failed-{}", std::process::id()));
+            let _ = Command::new("cp")
+                .arg("-a")
+                .arg(&self.0)
+                .arg(&kept)
+                .status();
+            let _ = Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "cp {}/*.log {}/ 2>/dev/null",
+                    self.1.display(),
+                    kept.display()
+                ))
+                .status();
+            eprintln!("the soak's logs and mails are kept in {}", kept.display());
+        }
+    }
 }
 
 /// What the cluster and the SMTP server recorded.

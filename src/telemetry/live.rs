@@ -284,7 +284,12 @@ impl LiveTelemetry {
                 if bucket == last {
                     gpu.pending = sample;
                 } else {
-                    let at = at(bucket, step);
+                    // Stamped at the end of the time the bucket covers: its samples may be
+                    // from any moment of it, so "busy" holds until its end and the idle
+                    // clock starts there — later than the truth by less than a step, never
+                    // earlier (with a 1-minute window, stamping at the bucket's start made a
+                    // GPU busy at every scrape look idle between cycles).
+                    let at = at(bucket + 1, step);
                     let seen = (sample != Sample::default()).then_some(&sample);
                     for (tracker, (_, rules)) in gpu.trackers.iter_mut().zip(&self.rule_sets) {
                         tracker.advance(at, seen, rules);
@@ -308,9 +313,9 @@ impl LiveTelemetry {
             return out;
         };
         let rules = &self.rule_sets[index].1;
-        let pending_at = self
-            .read_until
-            .map(|t| at(t.div_euclid(self.step), self.step));
+        // The partial bucket holds samples up to the end of the last read: stamped there
+        // (see `apply` for why the end, not the start).
+        let pending_at = self.read_until.map(|t| at(t, 1));
         for (key, gpu) in &self.gpus {
             let mut obs = GpuObservation {
                 id: gpu.identity.id.clone(),

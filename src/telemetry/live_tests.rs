@@ -286,22 +286,22 @@ fn decisions_are_identical_with_incremental_and_full_reads_through_an_exporter_g
 
     // What the history holds is what was decided. nb-0: idle from T0+20m, warned after
     // 30 minutes and acted on after 60 (the busy minute's bucket counts).
-    assert_eq!(steps_of(&incremental, "nb-0", Step::Warn), vec![49]);
+    assert_eq!(steps_of(&incremental, "nb-0", Step::Warn), vec![50]);
     assert_eq!(
         steps_of(&incremental, "nb-0", Step::Act(ActionType::Evict)),
-        vec![79]
+        vec![80]
     );
     // nb-1: idle from T0+30m, but the exporter's gap is no telemetry, never idleness
     // (invariant 1), and the idle clock starts again once the window is covered after
     // it (T0+92m).
     for (m, pod, step, class, _) in &incremental {
-        if pod == "nb-1" && (59..=89).contains(m) {
+        if pod == "nb-1" && (60..=89).contains(m) {
             assert_eq!(*class, Classification::NoTelemetry, "minute {m}");
             assert_eq!(*step, Step::Nothing, "minute {m}");
         }
     }
     // Seen without the gap it would have been warned at minute 59.
-    assert_eq!(steps_of(&incremental, "nb-1", Step::Warn), vec![122]);
+    assert_eq!(steps_of(&incremental, "nb-1", Step::Warn), vec![123]);
     // nb-3 was busy during the outage: the read after it sees that, so nb-3 is active at
     // minute 100 and its clock restarts.
     let at_100 = incremental
@@ -322,7 +322,7 @@ fn a_restart_rebuilds_the_same_state_and_a_warned_workload_is_not_warned_again()
     let incremental = decisions(&recording, Reads::Incremental);
     let restarted = decisions(&recording, Reads::RestartAt(60));
     assert_eq!(restarted, incremental);
-    assert_eq!(steps_of(&restarted, "nb-0", Step::Warn), vec![49]);
+    assert_eq!(steps_of(&restarted, "nb-0", Step::Warn), vec![50]);
     // Two pods never busy, one action an hour: nb-1 waits, warned, for an hour after
     // nb-0 is acted on. A restart 85 minutes after the warning must not start a new idle
     // period (the rebuilt trackers would be blind for their first window without the
@@ -445,6 +445,67 @@ fn silence_everywhere_is_a_gap_for_every_gpu_never_idleness() {
         assert!(
             o.blind_until >= Some(Timestamp::from_second(T0 + 19 * MIN).unwrap()),
             "{o:?}"
+        );
+    }
+}
+
+/// The soak's finding (tests/soak): with `idle.window: 1m` and 60 s buckets, a GPU busy at
+/// every sample looked idle between cycles — its last bucket was stamped at the bucket's
+/// start, over a minute before the cycle when the read ended just after it. Buckets are
+/// now stamped at the end of the time they cover, so at every cycle phase it is busy.
+#[test]
+fn a_gpu_busy_at_every_sample_is_never_idle_under_a_one_minute_window() {
+    let recording = record(1, None, |_, _| true);
+    let spec: crate::api::policy::GpuPolicySpec = serde_json::from_value(json!({
+        "idle": {"window": "1m", "startupGrace": "0s", "minCoverage": 0.5},
+    }))
+    .unwrap();
+    let rules = crate::engine::Rules::from_spec(&spec);
+    let mut live = LiveTelemetry::new(60);
+    let mut from = T0 - 30 * MIN;
+    live.apply(
+        Read {
+            from,
+            to: T0,
+            rebuild: true,
+        },
+        std::slice::from_ref(&rules),
+        recording.read(from, T0).as_ref(),
+    );
+    from = T0 + 17;
+    live.apply(
+        Read {
+            from: T0,
+            to: from,
+            rebuild: false,
+        },
+        std::slice::from_ref(&rules),
+        recording.read(T0, from).as_ref(),
+    );
+    // Cycles every 20 s, reads ending 15 s behind, at 17, 37 and 57 s past the minute
+    // (samples at 0 and 30 s): the read ending at 57 s leaves the bucket's last sample
+    // 42 s before the read's end.
+    for cycle in 1..=18 {
+        let now = T0 + 32 + 20 * cycle;
+        let to = now - 15;
+        live.apply(
+            Read {
+                from,
+                to,
+                rebuild: false,
+            },
+            std::slice::from_ref(&rules),
+            recording.read(from, to).as_ref(),
+        );
+        from = to;
+        let obs = live.observe(&rules);
+        let gpu = obs.values().next().expect("the GPU is observed");
+        let last_busy = gpu.last_busy_at.expect("busy").as_second();
+        assert!(
+            now - last_busy < 60,
+            "at T0+{}s the GPU's last busy moment is {}s ago: it would be idle",
+            now - T0,
+            now - last_busy
         );
     }
 }
