@@ -19,7 +19,12 @@
 //! not complete yet; its samples so far are kept aside and only committed to the
 //! trackers once a later read moves past it, so a partial bucket is never counted twice
 //! nor as a gap. An observation at `now` looks at the trackers as if that partial bucket
-//! were complete.
+//! were complete. Each bucket is stamped at the end of the time it covers (a committed
+//! one at its step's end, the partial one at the end of the last read): "busy" holds
+//! until then and the idle clock starts there, so a cycle at any phase of the minute
+//! sees a GPU busy at every scrape as busy (stamped at the bucket's start, it looked idle
+//! under a 1-minute window between cycles), and an idle span is never longer than the
+//! truth.
 //!
 //! Pure: the reads themselves are [`super::prometheus::PrometheusSource::refresh`].
 
