@@ -446,5 +446,6 @@ impl Drop for OwnCluster {
             .arg("down")
             .arg(&self.cluster.dir)
             .output();
+        let _ = std::fs::remove_dir_all(&self.cluster.dir);
     }
 }

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
-mod common;
-
+use crate::common;
 use common::{free_port, http_ok, prometheus_replica, prometheus_with};
 
 /// The Thanos binary: `GPU_REAPER_THANOS`, else the one `scripts/testenv build` put beside
