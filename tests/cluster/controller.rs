@@ -1125,19 +1125,6 @@ async fn explain_tells_what_the_controller_will_do_and_when_and_it_does_it_then(
     }
 }
 
-/// The GpuPolicy CRD as a newer gpu-reaper might install it: `spec.action.type` also
-/// allows `Hibernate`, which this gpu-reaper does not know.
-fn newer_crd() -> String {
-    use kube::CustomResourceExt;
-    let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-        ["action"]["properties"]["type"]["enum"]
-        .as_array_mut()
-        .expect("action.type is an enum in the CRD")
-        .push("Hibernate".into());
-    crd.to_string()
-}
-
 /// Puts the committed CRDs back when dropped (also when the test fails half-way).
 struct CommittedCrds(&'static common::cluster::Cluster);
 
@@ -1210,7 +1197,7 @@ async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_poli
         wait_until("the newer CRD to admit action.type Hibernate", || {
             cluster.kubectl(
                 &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-                Some(&newer_crd()),
+                Some(&common::scenario::newer_policy_crd()),
             );
             cluster
                 .try_kubectl(&["apply", "-f", "-"], Some(&manifest))

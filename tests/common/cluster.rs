@@ -39,19 +39,7 @@ pub fn cluster() -> &'static Cluster {
             None => {
                 let dir =
                     std::env::temp_dir().join(format!("gpu-reaper-testenv-{}", std::process::id()));
-                let out = Command::new(Path::new(ROOT).join("scripts/testenv"))
-                    .arg("up")
-                    .arg(&dir)
-                    .args(["--owner-pid", &std::process::id().to_string()])
-                    .stdout(Stdio::null())
-                    .output()
-                    .expect("scripts/testenv runs (needs bash, Go, openssl, curl)");
-                assert!(
-                    out.status.success(),
-                    "scripts/testenv up {} failed:\n{}",
-                    dir.display(),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                testenv_up(&dir, None);
                 dir
             }
         };
@@ -144,6 +132,29 @@ pub fn with_crd_change<T>(change: impl FnOnce() -> T) -> T {
     drop(users);
     let _done = Done;
     change()
+}
+
+/// `scripts/testenv up DIR`, stopped when this process exits; `gpu_nodes` 8-GPU nodes
+/// (default 12).
+fn testenv_up(dir: &Path, gpu_nodes: Option<u32>) {
+    let mut command = Command::new(Path::new(ROOT).join("scripts/testenv"));
+    command
+        .arg("up")
+        .arg(dir)
+        .args(["--owner-pid", &std::process::id().to_string()])
+        .stdout(Stdio::null());
+    if let Some(n) = gpu_nodes {
+        command.env("GPU_REAPER_TESTENV_GPU_NODES", n.to_string());
+    }
+    let out = command
+        .output()
+        .expect("scripts/testenv runs (needs bash, Go, openssl, curl)");
+    assert!(
+        out.status.success(),
+        "scripts/testenv up {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// What a command printed, and whether it succeeded.
@@ -399,20 +410,7 @@ pub struct OwnCluster {
 impl OwnCluster {
     pub fn up(name: &str, gpu_nodes: u32) -> OwnCluster {
         let dir = std::env::temp_dir().join(format!("gpu-reaper-{name}-{}", std::process::id()));
-        let out = Command::new(Path::new(ROOT).join("scripts/testenv"))
-            .arg("up")
-            .arg(&dir)
-            .args(["--owner-pid", &std::process::id().to_string()])
-            .env("GPU_REAPER_TESTENV_GPU_NODES", gpu_nodes.to_string())
-            .stdout(Stdio::null())
-            .output()
-            .expect("scripts/testenv runs (needs bash, Go, openssl, curl)");
-        assert!(
-            out.status.success(),
-            "scripts/testenv up {} failed:\n{}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        testenv_up(&dir, Some(gpu_nodes));
         OwnCluster {
             cluster: Cluster {
                 kubeconfig: dir.join("kubeconfig"),

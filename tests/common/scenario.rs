@@ -235,3 +235,16 @@ impl Drop for Scenario {
         );
     }
 }
+
+/// The GpuPolicy CRD as a newer gpu-reaper might install it: `spec.action.type` also
+/// allows `Hibernate`, which this gpu-reaper does not know.
+pub fn newer_policy_crd() -> String {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["action"]["properties"]["type"]["enum"]
+        .as_array_mut()
+        .expect("action.type is an enum in the CRD")
+        .push("Hibernate".into());
+    crd.to_string()
+}

@@ -21,7 +21,7 @@ fn json_of(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-fn sample_trace_text() -> Vec<u8> {
+pub(crate) fn sample_trace_text() -> Vec<u8> {
     let gz = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/config/samples/trace.om.gz"

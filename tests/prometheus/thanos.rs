@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-reaper");
 
 use crate::common;
+use crate::prometheus::sample_trace_text;
 use common::{free_port, http_ok, prometheus_replica, prometheus_with};
 
 /// The Thanos binary: `GPU_REAPER_THANOS`, else the one `scripts/testenv build` put beside
@@ -116,19 +117,6 @@ fn sidecars(query: &Thanos) -> usize {
                 .map(|s| s.iter().filter(|e| e["lastError"].is_null()).count())
         })
         .unwrap_or(0)
-}
-
-fn sample_trace_text() -> Vec<u8> {
-    let gz = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/samples/trace.om.gz"
-    ))
-    .unwrap();
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_end(&mut text)
-        .unwrap();
-    text
 }
 
 /// `text` without the samples in [from, to) (epoch seconds): what a replica that was down

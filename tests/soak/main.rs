@@ -66,19 +66,6 @@ fn deployments() -> String {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
-/// The GpuPolicy CRD as a newer gpu-reaper might install it: `action.type` also allows
-/// `Hibernate`.
-fn newer_crd() -> String {
-    use kube::CustomResourceExt;
-    let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-        ["action"]["properties"]["type"]["enum"]
-        .as_array_mut()
-        .expect("action.type is an enum in the CRD")
-        .push("Hibernate".into());
-    crd.to_string()
-}
-
 const POLICY: &str = "apiVersion: gpureaper.io/v1alpha1
 kind: GpuPolicy
 metadata: {name: soak, labels: {gpureaper.io/test: soak}}
@@ -357,7 +344,7 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
     // The policy this binary cannot read: written under a newer CRD, which is then put back.
     cluster.kubectl(
         &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-        Some(&newer_crd()),
+        Some(&common::scenario::newer_policy_crd()),
     );
     wait_for(
         "the newer CRD to admit Hibernate",
