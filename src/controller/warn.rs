@@ -59,6 +59,15 @@ pub async fn notify(
     }
 }
 
+/// The deadline a warning states, and its retries again: when the engine says the action
+/// is due (maxIdle, for a risk-gated policy that knew nothing until then), else idle since
+/// plus `action.after`. (A retry used the second alone, so a retried email could name
+/// another time than the Event.)
+pub fn stated_deadline(d: &crate::engine::Decision, rules: &Rules, now: Timestamp) -> Timestamp {
+    d.next_step_at
+        .unwrap_or(d.verdict.idle_since.unwrap_or(now) + rules.action_after)
+}
+
 /// A `Warn` step: recorded first (a warning that cannot be recorded is not sent and is
 /// retried next cycle), then the Event, then Slack and email.
 pub async fn warn(
@@ -73,10 +82,7 @@ pub async fn warn(
     let key = root.key();
     let audit = policy.spec.mode == PolicyMode::Audit;
     let rules = Rules::from_spec(&policy.spec);
-    let idle_since = d.verdict.idle_since.unwrap_or(now);
-    // When the engine says the action is due (maxIdle, for a risk-gated policy that knew
-    // nothing until now), not merely action.after.
-    let action_at = d.next_step_at.unwrap_or(idle_since + rules.action_after);
+    let action_at = stated_deadline(d, &rules, now);
     let fields = deliver::fields(
         policy,
         w,
@@ -139,7 +145,7 @@ pub async fn retry(ctx: &Context, sent: &mut Sent, judged: &Judged<'_>, now: Tim
         return;
     }
     let rules = Rules::from_spec(&policy.spec);
-    let action_at = d.verdict.idle_since.unwrap_or(now) + rules.action_after;
+    let action_at = stated_deadline(d, &rules, now);
     let personal = personal_message(ctx, sent, judged, Kind::Warning, action_at, now).await;
     send_personal(ctx, sent, judged, &personal, &due, &mut delivery, now).await;
     save_delivery(ctx, root, &delivery, &personal.owner.describe()).await;
