@@ -59,13 +59,14 @@ pub async fn notify(
     }
 }
 
-/// The deadline a warning states, and its retries again: when the engine says the action
-/// is due (maxIdle, for a risk-gated policy that knew nothing until then), else idle since
-/// plus `action.after`. (A retry used the second alone, so a retried email could name
-/// another time than the Event.)
-pub fn stated_deadline(d: &crate::engine::Decision, rules: &Rules, now: Timestamp) -> Timestamp {
-    d.next_step_at
-        .unwrap_or(d.verdict.idle_since.unwrap_or(now) + rules.action_after)
+/// The deadline a warning states, and its retries again: `action.after` after the idle
+/// period began, and never less than the notice (`action.after - warn.after`) after the
+/// warning — the engine's own rule for when the action is due once warned
+/// (`engine::ladder`). (A retry used the first term alone, so a retried email named
+/// another time than the Event when the warning had come late.)
+pub fn stated_deadline(idle_since: Timestamp, warned_at: Timestamp, rules: &Rules) -> Timestamp {
+    let notice = (rules.action_after - rules.warn_after).max(jiff::SignedDuration::ZERO);
+    (idle_since + rules.action_after).max(warned_at + notice)
 }
 
 /// A `Warn` step: recorded first (a warning that cannot be recorded is not sent and is
@@ -82,7 +83,11 @@ pub async fn warn(
     let key = root.key();
     let audit = policy.spec.mode == PolicyMode::Audit;
     let rules = Rules::from_spec(&policy.spec);
-    let action_at = stated_deadline(d, &rules, now);
+    // When the engine says the action is due (maxIdle, for a risk-gated policy that knew
+    // nothing until now), else the rule a retry states again.
+    let action_at = d
+        .next_step_at
+        .unwrap_or_else(|| stated_deadline(d.verdict.idle_since.unwrap_or(now), now, &rules));
     let fields = deliver::fields(
         policy,
         w,
@@ -145,7 +150,11 @@ pub async fn retry(ctx: &Context, sent: &mut Sent, judged: &Judged<'_>, now: Tim
         return;
     }
     let rules = Rules::from_spec(&policy.spec);
-    let action_at = stated_deadline(d, &rules, now);
+    let action_at = stated_deadline(
+        d.verdict.idle_since.unwrap_or(now),
+        warned.unwrap_or(now),
+        &rules,
+    );
     let personal = personal_message(ctx, sent, judged, Kind::Warning, action_at, now).await;
     send_personal(ctx, sent, judged, &personal, &due, &mut delivery, now).await;
     save_delivery(ctx, root, &delivery, &personal.owner.describe()).await;
@@ -279,5 +288,31 @@ async fn save_delivery(ctx: &Context, root: &ObjectInfo, delivery: &Delivery, ow
         actions::merge_patch(&ctx.client, root, &patch, "recording delivery".into()).await
     {
         tracing::warn!(workload = %root.key(), error = %e, "could not record the delivery state (a message may be sent again)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_warning_and_its_retry_state_the_same_deadline() {
+        let spec: crate::api::policy::GpuPolicySpec = serde_json::from_value(serde_json::json!({
+            "warn": {"after": "1m"}, "action": {"type": "ScaleToZero", "after": "2m"},
+        }))
+        .unwrap();
+        let rules = Rules::from_spec(&spec);
+        let t = |s: &str| -> Timestamp { s.parse().unwrap() };
+        let idle = t("2026-12-04T16:53:00Z");
+        // On time: action.after after the idle period began.
+        assert_eq!(
+            stated_deadline(idle, t("2026-12-04T16:54:00Z"), &rules),
+            t("2026-12-04T16:55:00Z")
+        );
+        // Late (its first record failed): the notice from the warning, as the engine acts.
+        assert_eq!(
+            stated_deadline(idle, t("2026-12-04T16:54:41Z"), &rules),
+            t("2026-12-04T16:55:41Z")
+        );
     }
 }
