@@ -320,7 +320,7 @@ impl LiveTelemetry {
         let rules = &self.rule_sets[index].1;
         // The partial bucket holds samples up to the end of the last read: stamped there
         // (see `apply` for why the end, not the start).
-        let pending_at = self.read_until.map(|t| at(t, 1));
+        let pending_at = self.read_until.and_then(|t| Timestamp::from_second(t).ok());
         for (key, gpu) in &self.gpus {
             let mut obs = GpuObservation {
                 id: gpu.identity.id.clone(),

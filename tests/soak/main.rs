@@ -295,14 +295,13 @@ impl Replicas {
         identity
     }
 
-    fn wait_ready(&self, soak: &Soak, identity: &str) {
+    fn wait_ready(&self, identity: &str) {
         let port = self.running[identity].1;
         wait_for(
             &format!("controller {identity} ready"),
             Duration::from_secs(180),
             || http_ok(port, "/readyz"),
         );
-        let _ = soak;
     }
 }
 
@@ -418,8 +417,8 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
     };
     let first = replicas.start(&soak);
     let second = replicas.start(&soak);
-    replicas.wait_ready(&soak, &first);
-    replicas.wait_ready(&soak, &second);
+    replicas.wait_ready(&first);
+    replicas.wait_ready(&second);
     wait_for("a leader", Duration::from_secs(120), || {
         soak.holder().is_some()
     });
@@ -451,7 +450,7 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
                     match fault {
                         "rolling update" => {
                             let new = replicas.start(&soak);
-                            replicas.wait_ready(&soak, &new);
+                            replicas.wait_ready(&new);
                             let Some(leader) = soak.holder() else {
                                 continue;
                             };
@@ -494,7 +493,7 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
                                 let _ = proc.child.kill();
                                 let _ = proc.child.wait();
                                 let new = replicas.start(&soak);
-                                replicas.wait_ready(&soak, &new);
+                                replicas.wait_ready(&new);
                             }
                         }
                         "Prometheus down 45 s" => {
