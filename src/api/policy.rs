@@ -92,6 +92,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("!has(self.action.inference) || self.action.type == 'ScaleToZero'")
     .message("spec.action.inference applies to action.type ScaleToZero only: remove it, or set type: ScaleToZero")
     .field_path(".action.inference"))]
+#[x_kube(validation = Rule::new("!has(self.action.preWarm) || self.action.type == 'ScaleToZero' || self.action.type == 'Suspend'")
+    .message("spec.action.preWarm needs action.type ScaleToZero or Suspend (what a wake can undo): remove it, or change the type")
+    .field_path(".action.preWarm"))]
 #[serde(rename_all = "camelCase")]
 pub struct GpuPolicySpec {
     /// `Audit` classifies, warns and reports what it would have done, but never changes a
@@ -327,6 +330,30 @@ pub struct ActionSpec {
     /// StatefulSets, CRDs with a scale subresource); other kinds get the policy's action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inference: Option<InferenceAction>,
+    /// Off unless set: wake a workload gpu-reaper reclaimed (as `gpureaper.io/wake`
+    /// does) `before` its predicted next use, so its first user does not wait for a cold
+    /// start. The prediction is the workload's own rhythm: on at least `minDays` of the
+    /// past days of the same kind (weekdays, or weekend days; UTC) in `idle.history`, and
+    /// on most of those it was seen, a pause at least `action.after` long ended within the
+    /// hour before that time. No such rhythm, no pre-warm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_warm: Option<PreWarm>,
+}
+
+/// When to wake a reclaimed workload before its predicted next use.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreWarm {
+    /// How long before the predicted next use to wake it: about its cold-start time
+    /// (pulling the image, loading the weights), e.g. `15m`. Between 1m and 2h.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1m') && duration(self) <= duration('2h')").message("spec.action.preWarm.before must be between 1m and 2h, e.g. \"15m\" (how long before the predicted use the workload is woken)"))]
+    pub before: Duration,
+    /// Past days of the same kind on which a long pause ended within the hour before that
+    /// time of day, needed before a time counts as the workload's rhythm (at least 2;
+    /// default 3).
+    #[serde(default = "default_pre_warm_days")]
+    #[x_kube(validation = Rule::new("self >= 2 && self <= 60").message("spec.action.preWarm.minDays must be between 2 and 60, e.g. 3"))]
+    pub min_days: u32,
 }
 
 /// How request-driven inference is reclaimed.
@@ -612,6 +639,7 @@ impl Default for ActionSpec {
             after: default_action_after(),
             max_per_hour: default_max_per_hour(),
             inference: None,
+            pre_warm: None,
         }
     }
 }
@@ -689,6 +717,9 @@ fn default_action_after() -> Duration {
 }
 fn default_max_per_hour() -> u32 {
     20
+}
+fn default_pre_warm_days() -> u32 {
+    3
 }
 fn default_max_snooze() -> Duration {
     minutes(24 * 60)

@@ -16,7 +16,8 @@ pub mod sweep;
 pub mod synth;
 
 pub use outcome::{
-    ActionOutcome, Backtest, BacktestOptions, Summary, Timeline, TimelineState, WorkloadOutcome,
+    ActionOutcome, Backtest, BacktestOptions, PreWarmSummary, Summary, Timeline, TimelineState,
+    WorkloadOutcome,
 };
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -30,7 +31,7 @@ use crate::engine::inference::Softer;
 use crate::engine::model::{
     Classification, GpuObservation, LadderState, PodPhase, PodState, Step, WorkloadMeta,
 };
-use crate::engine::step::backfill;
+use crate::engine::step::{backfill, prewarms};
 use crate::engine::{
     ActivityTracker, Candidate, Histories, Planned, Rules, Sample, evaluate_policy,
 };
@@ -56,7 +57,17 @@ struct Reaped {
     risk: Option<f64>,
 }
 
+/// A pre-warm waiting for its use.
+#[derive(Clone, Copy)]
+struct Woken {
+    at: Timestamp,
+    /// The action the wake ended.
+    action_at: Timestamp,
+}
+
 struct Live {
+    /// Woken by a pre-warm and not used (nor acted on, nor gone) since.
+    woken: Option<Woken>,
     meta: WorkloadMeta,
     /// Indexes into `trace.pods`.
     pods: Vec<usize>,
@@ -90,6 +101,10 @@ pub struct StepRecord<'a> {
     pub pod_names: Vec<&'a [String]>,
     pub acted_last_hour: u32,
     pub planned: &'a [Planned],
+    /// The workloads reclaimed (none kept serving) before this step's actions, and when.
+    pub reclaimed: Vec<(&'a WorkloadMeta, Timestamp)>,
+    /// The pre-warms due (`action.preWarm`), of workloads among `reclaimed`.
+    pub prewarms: Vec<(&'a WorkloadMeta, &'a crate::engine::prewarm::PreWarm)>,
 }
 
 /// Replays `trace` under `policy`.
@@ -238,6 +253,7 @@ pub fn run_observed(
                         reason,
                         kept_replicas: kept,
                         estimated_risk: risk,
+                        prewarmed_at: None,
                     });
                     w.ladder = LadderState {
                         snooze_until: w.ladder.snooze_until,
@@ -256,6 +272,24 @@ pub fn run_observed(
                         .or_default() += share * hours_per_step;
                     w.record(bucket, max_activity, TimelineState::Reclaimed, options);
                     continue;
+                }
+            }
+            if let Some(woken) = w.woken.filter(|_| any_busy || !present || !holding) {
+                w.woken = None;
+                let share = w.share_hint();
+                let p = &mut summary.prewarm;
+                p.warm_gpu_hours += now.duration_since(woken.at).as_secs_f64() / 3600.0 * share;
+                if any_busy && present && holding {
+                    if now.duration_since(woken.at) <= options.regret_horizon {
+                        p.warm_starts += 1;
+                    } else {
+                        p.unused += 1;
+                    }
+                    if now.duration_since(woken.action_at) <= options.regret_horizon {
+                        p.regrets_avoided += 1;
+                    }
+                } else {
+                    p.unused += 1;
                 }
             }
             if !present || !holding {
@@ -298,6 +332,20 @@ pub fn run_observed(
             step,
             now,
         );
+        // `action.preWarm`: the reclaimed workloads (none kept serving) usually busy
+        // again within `before` are woken, as the controller wakes them (after this
+        // step's decisions: one reclaimed now is never due, see `engine::prewarm`).
+        let reclaimed: Vec<(usize, Timestamp)> = live
+            .iter()
+            .enumerate()
+            .filter_map(|(wi, w)| {
+                w.reaped
+                    .as_ref()
+                    .filter(|r| r.kept.is_none())
+                    .map(|r| (wi, r.at))
+            })
+            .collect();
+        let due = prewarms(&rules, &reclaimed, &history, now);
         observe(&StepRecord {
             now,
             candidates: &candidates,
@@ -307,6 +355,11 @@ pub fn run_observed(
                 .collect(),
             acted_last_hour,
             planned: &planned,
+            reclaimed: reclaimed
+                .iter()
+                .map(|&(wi, at)| (&live[wi].meta, at))
+                .collect(),
+            prewarms: due.iter().map(|(wi, p)| (&live[*wi].meta, p)).collect(),
         });
         drop(candidates);
         for (&(wi, replicas, max_activity), p) in evaluated.iter().zip(planned) {
@@ -342,6 +395,13 @@ pub fn run_observed(
                     w.outcome.warnings.push(now);
                 }
                 Step::Act(action) | Step::WouldAct(action) => {
+                    if let Some(woken) = w.woken.take() {
+                        // Woken for nothing: reclaimed again.
+                        let p = &mut summary.prewarm;
+                        p.unused += 1;
+                        p.warm_gpu_hours +=
+                            now.duration_since(woken.at).as_secs_f64() / 3600.0 * w.share_hint();
+                    }
                     // The idle span stays open: when the workload comes back and is busy,
                     // its length is known (as the controller sees an owner's scale-up).
                     w.ladder.reaped_at = Some(now);
@@ -373,6 +433,36 @@ pub fn run_observed(
                 Step::Nothing => {}
             }
         }
+        for (wi, _) in due {
+            let w = &mut live[wi];
+            let Some(r) = w.reaped.take() else { continue };
+            let hours = now.duration_since(r.at).as_secs_f64() / 3600.0;
+            let share = w.share_hint();
+            w.outcome.actions.push(ActionOutcome {
+                at: r.at,
+                action: r.action,
+                resumed_at: None,
+                reclaimed_gpu_hours: hours * share * r.reclaimed_share,
+                reclaimed_usd: hours * r.hourly_usd * r.reclaimed_share,
+                regret: false,
+                reason: r.reason,
+                kept_replicas: r.kept,
+                estimated_risk: r.risk,
+                prewarmed_at: Some(now),
+            });
+            // As `gpureaper.io/woken-at` does: the ladder starts again, with a fresh
+            // startup grace.
+            w.meta.created_at = now;
+            w.ladder = LadderState {
+                snooze_until: w.ladder.snooze_until,
+                ..LadderState::default()
+            };
+            w.woken = Some(Woken {
+                at: now,
+                action_at: r.at,
+            });
+            summary.prewarm.wakes += 1;
+        }
     }
 
     let end = ts((trace.last_bucket + 1) * trace.step_seconds);
@@ -391,7 +481,13 @@ pub fn run_observed(
                 reason: r.reason,
                 kept_replicas: r.kept,
                 estimated_risk: r.risk,
+                prewarmed_at: None,
             });
+        }
+        if let Some(woken) = w.woken.take() {
+            summary.prewarm.unused += 1;
+            summary.prewarm.warm_gpu_hours +=
+                end.duration_since(woken.at).as_secs_f64() / 3600.0 * w.share_hint();
         }
         let o = &mut w.outcome;
         o.classification = w
@@ -669,6 +765,7 @@ fn build_workloads(
                 pods.iter().map(|&pi| trace.pods[pi].name.clone()).collect();
             pod_names.extend(orphan.map(str::to_string));
             out.push(Live {
+                woken: None,
                 pod_names,
                 meta: WorkloadMeta {
                     kind,

@@ -42,6 +42,10 @@ pub struct ActionOutcome {
     /// `idle.maxResumeRisk`; None: there was no estimate, the action came at `maxIdle`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub estimated_risk: Option<f64>,
+    /// When `action.preWarm` woke it before its predicted use (its reclaim ended there;
+    /// not a regret, whenever the use came).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prewarmed_at: Option<Timestamp>,
 }
 
 /// Per-step activity and state of a workload, for drawing.
@@ -125,6 +129,27 @@ pub struct Summary {
     /// Workloads whose action was due but which the controller cannot act on that way
     /// (their kind does not support it): nothing reclaimed.
     pub unsupported: usize,
+    /// What `action.preWarm` did (all zero without it).
+    pub prewarm: PreWarmSummary,
+}
+
+/// What waking reclaimed workloads before their predicted use cost and saved.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PreWarmSummary {
+    /// Reclaims ended by a pre-warm.
+    pub wakes: usize,
+    /// Wakes whose workload was busy again within the regret horizon of the wake: its
+    /// user found it warm.
+    pub warm_starts: usize,
+    /// Wakes with no use within the regret horizon (then reclaimed again, gone, the
+    /// trace's end, or used later).
+    pub unused: usize,
+    /// GPU-hours held warm and idle from each wake to the first use, the next action,
+    /// the pods' end or the trace's end: what the pre-warms cost.
+    pub warm_gpu_hours: f64,
+    /// Wakes followed by a use within the regret horizon of the action they ended: each
+    /// would have been a regret, and was a warm start.
+    pub regrets_avoided: usize,
 }
 
 /// A whole backtest.

@@ -22,6 +22,9 @@ pub enum Family {
     Risk,
     /// Another tool's fixed rule, acting at once when it fires (no warning).
     Baseline,
+    /// A fixed or risk variant with `action.preWarm` (the policy's, else 15m before and 3
+    /// days): reclaimed workloads woken before their predicted use.
+    PreWarm,
     /// Hindsight: acts `idle.window` into exactly the idle spans that do not resume
     /// within the regret horizon. Not a rule anything can follow (it knows when each span
     /// ends): what there is to reclaim without a regret, to measure the others against.
@@ -46,6 +49,9 @@ pub struct Point {
     /// Risk points: the level asked against the regret rate realised.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
+    /// Pre-warm points: what the wakes cost and saved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prewarm: Option<super::PreWarmSummary>,
 }
 
 /// Significance of the calibration test: a realised regret rate is "within the noise" of
@@ -291,6 +297,9 @@ pub struct SweepSpec {
     /// the policy's own. Where the gate knows nothing it waits until `maxIdle`, so on a cold
     /// start the ceiling is the policy's real fixed rule.
     pub max_idle: Vec<SignedDuration>,
+    /// Also run every fixed and risk variant (at the policy's `maxIdle`) with
+    /// `action.preWarm` ([`Family::PreWarm`]); the others run without it.
+    pub pre_warm: bool,
 }
 
 impl Default for SweepSpec {
@@ -302,6 +311,7 @@ impl Default for SweepSpec {
                 .collect(),
             risk_levels: vec![0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5],
             max_idle: Vec::new(),
+            pre_warm: true,
         }
     }
 }
@@ -323,7 +333,21 @@ fn point(family: Family, label: String, b: &Backtest) -> Point {
         vs_fixed: None,
         max_idle_seconds: None,
         calibration: None,
+        prewarm: None,
     }
+}
+
+/// The pre-warm of the sweep's [`Family::PreWarm`] variants: the policy's, else 15
+/// minutes before a use seen on 3 past days.
+pub fn sweep_pre_warm(policy: &GpuPolicySpec) -> crate::api::policy::PreWarm {
+    policy
+        .action
+        .pre_warm
+        .clone()
+        .unwrap_or(crate::api::policy::PreWarm {
+            before: kube_duration(SignedDuration::from_mins(15)),
+            min_days: 3,
+        })
 }
 
 /// A rule replayed over the timelines (the other tools', the oracle).
@@ -348,6 +372,7 @@ fn replayed(
         vs_fixed: None,
         max_idle_seconds: None,
         calibration: None,
+        prewarm: None,
     }
 }
 
@@ -365,6 +390,8 @@ pub fn sweep(
     let mut base = policy.clone();
     base.action.max_per_hour = u32::MAX;
     base.mode = crate::api::policy::PolicyMode::Enforce;
+    let pre_warm = sweep_pre_warm(policy);
+    base.action.pre_warm = None;
     let notice = std_dur(&base.action.after) - std_dur(&base.warn.after);
     // (family, label, policy, the --max-idle ceiling in seconds); the last job is the base
     // policy with timelines, for the other tools' rules and the oracle.
@@ -399,6 +426,22 @@ pub fn sweep(
             jobs.push((Family::Risk, label, p, ceiling.map(|m| m.as_secs())));
         }
     }
+    if spec.pre_warm {
+        let warmed: Vec<_> = jobs
+            .iter()
+            .filter(|(family, _, _, ceiling)| *family == Family::Fixed || ceiling.is_none())
+            .map(|(_, label, p, _)| {
+                let mut p = p.clone();
+                p.action.pre_warm = Some(pre_warm.clone());
+                let label = format!(
+                    "{label} + pre-warm {}",
+                    crate::engine::classify::human(std_dur(&pre_warm.before))
+                );
+                (Family::PreWarm, label, p, None)
+            })
+            .collect();
+        jobs.extend(warmed);
+    }
     jobs.push((Family::Baseline, String::new(), base.clone(), None));
     let last = jobs.len() - 1;
     let runs = parallel_map(&jobs, |k, (_, _, p, _)| {
@@ -416,9 +459,10 @@ pub fn sweep(
         .map(|((family, label, p, ceiling), b)| Point {
             max_idle_seconds: *ceiling,
             calibration: match (family, p.idle.max_resume_risk) {
-                (Family::Risk, Some(asked)) => Some(Calibration::of(asked, &b)),
+                (Family::Risk | Family::PreWarm, Some(asked)) => Some(Calibration::of(asked, &b)),
                 _ => None,
             },
+            prewarm: (*family == Family::PreWarm).then(|| b.summary.prewarm.clone()),
             ..point(*family, label.clone(), &b)
         })
         .collect();
@@ -465,7 +509,7 @@ pub fn sweep(
     let versus: Vec<Option<VsFixed>> = points
         .iter()
         .map(|p| match p.family {
-            Family::Risk => versus_fixed(&curve, p),
+            Family::Risk | Family::PreWarm => versus_fixed(&curve, p),
             _ => None,
         })
         .collect();
@@ -626,7 +670,7 @@ fn oracle(
 pub fn risk_dominates_fixed(points: &[Point]) -> Vec<(String, Option<String>)> {
     points
         .iter()
-        .filter(|p| !matches!(p.family, Family::Risk | Family::Oracle))
+        .filter(|p| !matches!(p.family, Family::Risk | Family::Oracle | Family::PreWarm))
         .map(|f| {
             let better = points
                 .iter()
@@ -656,6 +700,7 @@ mod tests {
             vs_fixed: None,
             max_idle_seconds: None,
             calibration: None,
+            prewarm: None,
         }
     }
 
@@ -691,6 +736,7 @@ mod tests {
             reason: String::new(),
             kept_replicas: None,
             estimated_risk: risk,
+            prewarmed_at: None,
         };
         // 40 allowed actions at a 5 % estimate, 6 regretted; 10 at the ceiling, 5 regretted.
         let mut actions: Vec<ActionOutcome> = (0..40).map(|i| action(Some(0.04), i < 6)).collect();

@@ -4,7 +4,9 @@
 //! observe::cluster (IO) → policies::report (IO) → housekeeping (IO) → quota (IO)
 //!   → observe::telemetry (IO)
 //!   per policy: [observe::backfill (IO), first time] → plan (PURE)
-//!               → warn / act (IO) per judged workload → status (PURE compute, one apply)
+//!               → warn / act (IO) per judged workload
+//!               → pre-warm (PURE choice, IO wake) of reclaimed workloads (action.preWarm)
+//!               → status (PURE compute, one apply)
 //! → audit_memory::save (IO), when the Audit memory changed
 //! ```
 //!
@@ -187,6 +189,25 @@ async fn evaluate_policy(
                 act::would_act(ctx, &mut memory.audit, &judged, action, now).await
             }
             Step::Act(action) => act::act(ctx, &mut cycle.sent, &judged, action, now).await,
+        }
+    }
+    // `action.preWarm`: reclaimed workloads usually busy again soon are woken, through
+    // the `gpureaper.io/wake` path (Enforce only: Audit reclaims nothing).
+    if policy.spec.mode == PolicyMode::Enforce
+        && rules.pre_warm.is_some()
+        && ctx.is_leading()
+        && let Some(history) = memory.histories.get(&name)
+    {
+        for (root, pre_warm) in plan::prewarms_due(
+            policy,
+            &cycle.all,
+            &seen.owners,
+            &seen.workloads,
+            &seen.namespaces,
+            history,
+            now,
+        ) {
+            housekeeping::prewarm(ctx, root, &pre_warm, now).await;
         }
     }
     let reclaimed = plan::reclaimed_holdings(policy, &cycle.all, &seen.owners, &seen.namespaces);

@@ -117,6 +117,17 @@ pub fn housekeeping(outcome: Result<Outcome, ActionError>) -> (Severity, String)
     }
 }
 
+/// The `PreWarmed` note: why the workload was woken before its predicted use (the
+/// engine's sentence), then what the wake did.
+pub fn pre_warmed(why: &str, outcome: Result<Outcome, ActionError>) -> (Severity, String) {
+    let (severity, what) = housekeeping(outcome);
+    let mut why = why.to_string();
+    if let Some(first) = why.get(..1) {
+        why.replace_range(..1, &first.to_uppercase());
+    }
+    (severity, format!("{why}: {what}"))
+}
+
 #[cfg(test)]
 #[path = "events_text_tests.rs"]
 mod tests;

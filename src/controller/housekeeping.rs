@@ -2,7 +2,8 @@
 //! says — `gpureaper.io/wake=true` requests, actions a previous run started and did not
 //! finish (restore record `pending`: the same action is finished, not a second one), and
 //! reclaimed workloads their owner scaled back up by hand (their ladder restarts). Each
-//! step gets an Event.
+//! step gets an Event. [`prewarm`] is the same wake for a reclaimed workload the policy's
+//! `action.preWarm` predicts busy soon (called by the cycle after the policy's plan).
 
 use std::collections::{HashMap, HashSet};
 
@@ -89,6 +90,20 @@ pub async fn run(
             report(ctx, &w.root, "RestoredByOwner", result).await;
         }
     }
+}
+
+/// Wakes a reclaimed `root` before its predicted use (`action.preWarm`): the same
+/// restore as a `gpureaper.io/wake` request, and a `PreWarmed` Event that says why.
+pub async fn prewarm(
+    ctx: &Context,
+    root: &ObjectInfo,
+    pre_warm: &crate::engine::prewarm::PreWarm,
+    now: Timestamp,
+) {
+    let result = actions::wake(&ctx.client, root, now).await;
+    let (severity, note) = events_text::pre_warmed(&pre_warm.reason, result);
+    tracing::info!(workload = %root.key(), reason = "PreWarmed", detail = %note, "pre-warm");
+    warn::notify(ctx, root, severity, "PreWarmed", note).await;
 }
 
 async fn report(

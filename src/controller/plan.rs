@@ -368,6 +368,59 @@ pub fn acted_last_hour_without_pods(
     acted
 }
 
+/// The pre-warms due under `policy` at `now` (`action.preWarm`; none without it): its
+/// reclaimed roots — `reaped-at` set, the restore record done and keeping no replica
+/// serving, no GPU pods listed, not being deleted — through the engine's
+/// [`crate::engine::prewarms`] over the policy's idle-span history, as `backtest`
+/// calls it. Each is woken the way a `gpureaper.io/wake` request is
+/// ([`super::housekeeping::prewarm`]).
+pub fn prewarms_due<'a>(
+    policy: &GpuPolicy,
+    policies: &[&GpuPolicy],
+    owners: &'a HashMap<ObjectKey, crate::cluster::inventory::ObjectInfo>,
+    workloads: &[Workload],
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+    history: &Histories<ObjectKey>,
+    now: Timestamp,
+) -> Vec<(
+    &'a crate::cluster::inventory::ObjectInfo,
+    crate::engine::prewarm::PreWarm,
+)> {
+    use crate::cluster::actions::{RestoreRecord, RestoreState};
+    let rules = Rules::from_spec(&policy.spec);
+    if rules.pre_warm.is_none() {
+        return Vec::new();
+    }
+    let listed: std::collections::HashSet<ObjectKey> =
+        workloads.iter().map(|w| w.root.key()).collect();
+    let empty = BTreeMap::new();
+    let mut reclaimed = Vec::new();
+    for o in owners.values() {
+        let Some(reaped_at) = o
+            .annotations
+            .get(keys::REAPED_AT)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+        else {
+            continue;
+        };
+        let done = RestoreRecord::parse(&o.annotations)
+            .is_some_and(|r| r.state == RestoreState::Done && r.kept.unwrap_or(0) == 0);
+        if !done || o.deleting || !is_root(o, owners) || listed.contains(&o.key()) {
+            continue;
+        }
+        let ns_labels = namespaces.get(&o.namespace).unwrap_or(&empty);
+        let (chosen, _) = policy::select(policies.iter().copied(), &o.kind, ns_labels, &o.labels);
+        if chosen.map(|p| &p.metadata.name) == Some(&policy.metadata.name) {
+            reclaimed.push((o.key(), reaped_at));
+        }
+    }
+    reclaimed.sort_by(|a, b| a.0.cmp(&b.0));
+    crate::engine::prewarms(&rules, &reclaimed, history, now)
+        .into_iter()
+        .filter_map(|(key, p)| owners.get(&key).map(|o| (o, p)))
+        .collect()
+}
+
 pub fn reclaimed_holdings(
     policy: &GpuPolicy,
     policies: &[&GpuPolicy],

@@ -14,6 +14,7 @@ pub mod cost;
 pub mod inference;
 pub mod ladder;
 pub mod model;
+pub mod prewarm;
 pub mod risk;
 pub mod rules;
 pub mod shape;
@@ -28,4 +29,4 @@ pub use model::{
 };
 pub use risk::{Basis, Estimate, Histories, IdleHistory, RiskParams};
 pub use rules::Rules;
-pub use step::{Candidate, Planned, action_for, evaluate_policy};
+pub use step::{Candidate, Planned, action_for, evaluate_policy, prewarms};

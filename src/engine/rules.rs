@@ -30,6 +30,8 @@ pub struct Rules {
     pub action_after: SignedDuration,
     /// `action.inference.minReplicas`: request-driven inference keeps this many replicas.
     pub inference_min_replicas: Option<i32>,
+    /// `action.preWarm`: wake a reclaimed workload before its predicted next use.
+    pub pre_warm: Option<super::prewarm::PreWarmRules>,
     pub max_per_hour: u32,
     pub max_snooze: SignedDuration,
     pub default_hourly_usd: f64,
@@ -69,6 +71,14 @@ impl Rules {
             action: spec.action.type_,
             action_after: dur(&spec.action.after),
             inference_min_replicas: spec.action.inference.as_ref().map(|i| i.min_replicas),
+            pre_warm: spec
+                .action
+                .pre_warm
+                .as_ref()
+                .map(|p| super::prewarm::PreWarmRules {
+                    before: dur(&p.before),
+                    min_days: p.min_days,
+                }),
             max_per_hour: spec.action.max_per_hour,
             max_snooze: dur(&spec.exemptions.max_snooze),
             default_hourly_usd: spec.cost.default_hourly_usd,

@@ -277,6 +277,38 @@ pub fn evaluate_policy<K: Eq + Hash + Clone>(
     out
 }
 
+/// The pre-warms due at `now` under `rules` (`action.preWarm`; none without it): of the
+/// workloads the policy reclaimed (`key`, when: scaled to zero or suspended, none kept
+/// serving), those whose own idle spans in `history` say they are usually busy again
+/// within `action.preWarm.before` ([`super::prewarm::predict`]). The controller wakes
+/// them through the `gpureaper.io/wake` path; `backtest` ends their reclaim there.
+pub fn prewarms<K: Eq + Hash + Clone>(
+    rules: &Rules,
+    reclaimed: &[(K, Timestamp)],
+    history: &Histories<K>,
+    now: Timestamp,
+) -> Vec<(K, super::prewarm::PreWarm)> {
+    let Some(pre_warm) = rules.pre_warm else {
+        return Vec::new();
+    };
+    let min_pause = rules.action_after.max(rules.window);
+    reclaimed
+        .iter()
+        .filter_map(|(key, reaped_at)| {
+            let h = history.get(key)?;
+            super::prewarm::predict(
+                &pre_warm,
+                min_pause,
+                history.params().lookback,
+                h,
+                *reaped_at,
+                now,
+            )
+            .map(|p| (key.clone(), p))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

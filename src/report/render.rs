@@ -155,6 +155,14 @@ pub fn table(b: &Backtest) -> String {
             s.unsupported
         );
     }
+    let w = &s.prewarm;
+    if w.wakes > 0 {
+        let _ = writeln!(
+            out,
+            "Pre-warm:  {} wake(s) before the predicted use: {} warm start(s), {} unused; {:.1} GPU-hours held warm before use; {} regret(s) avoided",
+            w.wakes, w.warm_starts, w.unused, w.warm_gpu_hours, w.regrets_avoided
+        );
+    }
     out
 }
 
@@ -253,16 +261,49 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
         }
         let _ = writeln!(out);
     }
-    let risk: Vec<_> = points.iter().filter_map(|p| p.vs_fixed.as_ref()).collect();
-    if !risk.is_empty() {
-        let above = risk
+    let warmed: Vec<_> = points
+        .iter()
+        .filter_map(|p| p.prewarm.as_ref().map(|w| (p, w)))
+        .collect();
+    if !warmed.is_empty() {
+        let _ = writeln!(
+            out,
+            "Pre-warm (action.preWarm): a reclaimed workload woken before its predicted use ends its reclaim there (not a regret). Warm start: busy again within the regret horizon of the wake; unused: not; warm GPU-h: held idle from the wake to the first use or the next action (the cost); regrets avoided: uses within the regret horizon of the action that found it warm.\n"
+        );
+        let _ = writeln!(
+            out,
+            "{:<36} {:>6} {:>11} {:>7} {:>12} {:>16}",
+            "VARIANT", "WAKES", "WARM STARTS", "UNUSED", "WARM GPU-H", "REGRETS AVOIDED"
+        );
+        for (p, w) in warmed {
+            let _ = writeln!(
+                out,
+                "{:<36} {:>6} {:>11} {:>7} {:>12.1} {:>16}",
+                p.label, w.wakes, w.warm_starts, w.unused, w.warm_gpu_hours, w.regrets_avoided
+            );
+        }
+        let _ = writeln!(out);
+    }
+    for (family, what) in [
+        (Family::Risk, "risk levels"),
+        (Family::PreWarm, "pre-warm variants"),
+    ] {
+        let compared: Vec<_> = points
+            .iter()
+            .filter(|p| p.family == family)
+            .filter_map(|p| p.vs_fixed.as_ref())
+            .collect();
+        if compared.is_empty() {
+            continue;
+        }
+        let above = compared
             .iter()
             .filter(|v| v.position != CurvePosition::Above && v.margin_gpu_hours > 0.0)
             .count();
         let _ = writeln!(
             out,
-            "{above} of {} risk levels are above the fixed curve (more GPU-hours at the same or a lower regret rate)",
-            risk.len()
+            "{above} of {} {what} are above the fixed curve without pre-warm (more GPU-hours at the same or a lower regret rate)",
+            compared.len()
         );
     }
     for (fixed, better) in crate::backtest::sweep::risk_dominates_fixed(points) {
@@ -294,7 +335,7 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
 /// `backtest --sweep --format csv`.
 pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
     let mut out = String::from(
-        "family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours,fixed_curve_gpu_hours,margin_gpu_hours,asked_risk,allowed_actions,allowed_regrets,realised_risk,mean_estimated_risk,upper_bound_95,p_value,within_noise,ceiling_actions,ceiling_regrets,all_p_value,all_within_noise\n",
+        "family,variant,actions,regrets,regret_rate,reclaimed_gpu_hours,fixed_curve_gpu_hours,margin_gpu_hours,asked_risk,allowed_actions,allowed_regrets,realised_risk,mean_estimated_risk,upper_bound_95,p_value,within_noise,ceiling_actions,ceiling_regrets,all_p_value,all_within_noise,prewarm_wakes,prewarm_warm_starts,prewarm_unused,prewarm_warm_gpu_hours,prewarm_regrets_avoided\n",
     );
     for p in points {
         let calibration = p
@@ -326,9 +367,15 @@ pub fn sweep_csv(points: &[crate::backtest::sweep::Point]) -> String {
                     format!("{:.3}", v.margin_gpu_hours),
                 )
             });
+        let prewarm = p.prewarm.as_ref().map_or(",,,,".to_string(), |w| {
+            format!(
+                "{},{},{},{:.3},{}",
+                w.wakes, w.warm_starts, w.unused, w.warm_gpu_hours, w.regrets_avoided
+            )
+        });
         let _ = writeln!(
             out,
-            "{:?},{},{},{},{:.4},{:.3},{curve},{margin},{calibration}",
+            "{:?},{},{},{},{:.4},{:.3},{curve},{margin},{calibration},{prewarm}",
             p.family,
             csv_field(&p.label),
             p.actions,

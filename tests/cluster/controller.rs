@@ -1545,3 +1545,74 @@ async fn a_controller_killed_after_the_restore_record_finishes_the_scale_on_its_
         s.events_for("chat")
     );
 }
+
+/// `action.preWarm` through the stages: a Deployment scaled to zero whose history says
+/// it is busy again at the same time every past day is woken 15 minutes before that
+/// time — not earlier — through the `gpureaper.io/wake` path (replicas back, the ladder
+/// restarted), with a `PreWarmed` Event that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_a_pre_warm_wakes_a_scaled_to_zero_deployment_before_its_usual_hour() {
+    use gpu_reaper::cluster::inventory::ObjectKey;
+    use gpu_reaper::engine::{Histories, Rules};
+    use jiff::{SignedDuration, Timestamp};
+    let s = setup("prewarm", "Enforce");
+    s.apply_policy(&policy(
+        "Enforce",
+        "{type: ScaleToZero, after: 60m, maxPerHour: 20, preWarm: {before: 15m, minDays: 2}}",
+    ));
+    let (ctx, mut memory) = in_process(&s, "a", &[]).await;
+    // What the controller would have learnt over the past week: chat busy again at the
+    // time of day of minute 210 every day (a pause of 12 hours ending there).
+    let stored = s.cluster.get("gpupolicy", None, &s.ns).unwrap();
+    let policy: gpu_reaper::api::GpuPolicy = serde_json::from_value(stored).unwrap();
+    let rules = Rules::from_spec(&policy.spec);
+    let mut history: Histories<ObjectKey> = Histories::new(rules.risk);
+    let key = ObjectKey::new("apps/v1", "Deployment", &s.ns, "chat");
+    let usual: Timestamp = s.at(210).parse().unwrap();
+    for days in (1..=7).rev() {
+        let back = usual - SignedDuration::from_hours(24 * days);
+        let minute = SignedDuration::from_mins(1);
+        history.busy(&key, back - SignedDuration::from_hours(12), minute);
+        history.busy(&key, back, minute);
+        history.busy(
+            &key,
+            back + SignedDuration::from_hours(8),
+            SignedDuration::from_hours(24),
+        );
+    }
+    memory.histories.insert(s.ns.clone(), history);
+    for minute in [70, 95, 125] {
+        evaluate(&s, &ctx, &mut memory, minute).await;
+    }
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0);
+    wait_until("chat's pod to go", || {
+        s.cluster.list("pods", &s.ns, Some("app=chat")).is_empty()
+    });
+    // 30 minutes before the usual time: too early.
+    evaluate(&s, &ctx, &mut memory, 180).await;
+    assert_eq!(s.deployment("chat")["spec"]["replicas"], 0);
+    assert!(
+        !s.events_for("chat").iter().any(|(r, _)| r == "PreWarmed"),
+        "{:?}",
+        s.events_for("chat")
+    );
+    // 10 minutes before: woken.
+    evaluate(&s, &ctx, &mut memory, 200).await;
+    let d = s.deployment("chat");
+    assert_eq!(d["spec"]["replicas"], 1, "{:?}", s.events_for("chat"));
+    let annotations = d["metadata"]["annotations"].as_object().unwrap();
+    assert!(annotations.contains_key("gpureaper.io/woken-at"));
+    assert!(!annotations.contains_key("gpureaper.io/reaped-at"));
+    let hhmm = &s.at(210)[11..16];
+    let events = s.events_for("chat");
+    assert!(
+        events.iter().any(|(r, n)| r == "PreWarmed"
+            && n.starts_with(&format!("Usually busy again at {hhmm} UTC on "))
+            && n.contains("; woken 15m before: ")
+            && n.ends_with(&format!(
+                "scaled {}/Deployment/chat back to 1 replicas",
+                s.ns
+            ))),
+        "{events:?}"
+    );
+}

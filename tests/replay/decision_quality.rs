@@ -290,7 +290,8 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
         .skip(1)
         .map(|l| l.split(',').collect())
         .collect();
-    assert_eq!(rows.len(), 17);
+    // 7 fixed, 7 risk, each again with pre-warm, 2 other tools, the oracle.
+    assert_eq!(rows.len(), 31);
     let oracle = rows
         .iter()
         .find(|r| r[0] == "Oracle")
@@ -317,7 +318,7 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
     let risk: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "Risk").collect();
     assert_eq!(risk.len(), 7);
     for (r, asked) in risk.iter().zip([0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5]) {
-        assert_eq!(r.len(), 20, "{r:?}");
+        assert_eq!(r.len(), 25, "{r:?}");
         assert!((r[8].parse::<f64>().unwrap() - asked).abs() < 1e-9, "{r:?}");
         let allowed: usize = r[9].parse().unwrap();
         let at_ceiling: usize = r[16].parse().unwrap();
@@ -332,8 +333,23 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
     }
     assert!(
         rows.iter()
-            .filter(|r| r[0] != "Risk")
+            .filter(|r| r[0] != "Risk" && r[0] != "PreWarm")
             .all(|r| r[8].is_empty())
+    );
+    // Every pre-warm row counts its wakes (each a warm start or unused) and their cost;
+    // the others have none.
+    let warmed: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "PreWarm").collect();
+    assert_eq!(warmed.len(), 14);
+    for r in &warmed {
+        assert!(r[1].ends_with(" + pre-warm 15m"), "{r:?}");
+        let n = |i: usize| r[i].parse::<usize>().unwrap();
+        assert_eq!(n(20), n(21) + n(22), "{r:?}");
+        assert!(r[23].parse::<f64>().unwrap() >= 0.0, "{r:?}");
+    }
+    assert!(
+        rows.iter()
+            .filter(|r| r[0] != "PreWarm")
+            .all(|r| r[20..].iter().all(|c| c.is_empty()))
     );
 }
 
@@ -509,9 +525,29 @@ fn a_bad_synthetic_spec_or_risk_setting_is_refused_naming_it() {
         err.contains("spec.action.inference applies to action.type ScaleToZero only"),
         "{err}"
     );
+    // Pre-warm: a bounded lead, enough days, and an action a wake can undo.
+    for (bad, says) in [
+        (
+            "    type: ScaleToZero\n    preWarm: {before: 3h}\n",
+            "spec.action.preWarm.before must be between 1m and 2h",
+        ),
+        (
+            "    type: ScaleToZero\n    preWarm: {before: 15m, minDays: 1}\n",
+            "spec.action.preWarm.minDays must be between 2 and 60",
+        ),
+        (
+            "    type: Evict\n    preWarm: {before: 15m}\n",
+            "spec.action.preWarm needs action.type ScaleToZero or Suspend",
+        ),
+    ] {
+        std::fs::write(&path, text.replace("    type: ScaleToZero\n", bad)).unwrap();
+        let (ok, _, err) = cli(&["backtest", "--policy", path.to_str().unwrap()]);
+        assert!(!ok, "{bad}");
+        assert!(err.contains(says), "{bad}: {err}");
+    }
     let fine = text.replace(
         "    type: ScaleToZero\n",
-        "    type: ScaleToZero\n    inference: {minReplicas: 1}\n",
+        "    type: ScaleToZero\n    inference: {minReplicas: 1}\n    preWarm: {before: 15m}\n",
     );
     std::fs::write(&path, fine).unwrap();
     let (ok, _, err) = cli(&[
@@ -804,4 +840,205 @@ fn on_production_traffic_a_cold_start_regrets_no_more_than_acting_after_four_hou
             a.reason
         );
     }
+}
+
+/// `action.preWarm` is part of the one decision step: over six days of notebooks idle
+/// overnight and office-hours inference, the reclaimed workloads `backtest` wakes before
+/// their predicted use at each instant are exactly those `controller::plan::prewarms_due`
+/// chooses from the same inventory, reclaim records and idle history, with the same
+/// reason; and the decisions over the governed workloads stay the same.
+#[test]
+fn the_controller_and_the_backtest_pre_warm_the_same_workloads_for_the_same_reasons() {
+    use gpu_reaper::api::policy::PreWarm;
+    use gpu_reaper::cluster::inventory::ObjectInfo;
+    use gpu_reaper::controller::plan::{AuditMemory, by_pod, plan, prewarms_due};
+    use gpu_reaper::engine::Histories;
+    use gpu_reaper::telemetry::live::Observations;
+    use serde_json::json;
+    let mix = Mix {
+        inference: 6,
+        notebooks: 4,
+        hours: 24 * 6,
+        seed: 3,
+        ..Mix::default()
+    };
+    let trace = read(&synth(&mix));
+    let mut spec = sample_policy();
+    spec.idle.max_resume_risk = None;
+    spec.action.type_ = gpu_reaper::api::policy::ActionType::ScaleToZero;
+    spec.action.inference = None;
+    spec.action.max_per_hour = 1000;
+    spec.action.pre_warm = Some(PreWarm {
+        before: dur("15m"),
+        min_days: 2,
+    });
+    spec.mode = PolicyMode::Enforce;
+    let policy = gpu_reaper::api::GpuPolicy::new("p", spec.clone());
+    let rules = Rules::from_spec(&spec);
+    let mut history: Option<Histories<gpu_reaper::cluster::inventory::ObjectKey>> = None;
+    let (mut compared, mut woken) = (0usize, 0usize);
+    let options = BacktestOptions {
+        regret_horizon: SignedDuration::from_hours(2),
+        keep_timelines: false,
+        warmup: SignedDuration::ZERO,
+    };
+    let b = backtest::run_observed("p", &spec, &trace, &options, |record| {
+        let mut workloads = Vec::new();
+        let mut observations = Observations::new();
+        for (c, names) in record.candidates.iter().zip(&record.pod_names) {
+            workloads.extend(controller_workload(c, names, record.now));
+            for g in c.gpus {
+                observations.insert(
+                    (c.meta.namespace.clone(), names[g.pod].clone(), g.id.clone()),
+                    g.clone(),
+                );
+            }
+        }
+        let history = history.get_or_insert_with(|| Histories::new(rules.risk));
+        let controller = plan(
+            &policy,
+            &[&policy],
+            &workloads,
+            &std::collections::HashMap::new(),
+            &by_pod(&observations),
+            &AuditMemory::default(),
+            history,
+            SignedDuration::from_secs(trace.step_seconds),
+            record.now,
+        );
+        // The reclaimed roots as the controller lists them: no pods, a reclaim record.
+        let owners: std::collections::HashMap<_, _> = record
+            .reclaimed
+            .iter()
+            .map(|(m, at)| {
+                let api_version = match m.kind.as_str() {
+                    "Deployment" | "StatefulSet" | "ReplicaSet" => "apps/v1",
+                    "Job" => "batch/v1",
+                    _ => "v1",
+                };
+                let o = ObjectInfo::from_value(&json!({"apiVersion": api_version, "kind": m.kind,
+                    "metadata": {"name": m.name, "namespace": m.namespace, "uid": "u",
+                    "creationTimestamp": m.created_at.to_string(), "labels": m.labels,
+                    "annotations": {"gpureaper.io/reaped-at": at.to_string(),
+                        "gpureaper.io/restore": "{\"replicas\":1,\"state\":\"done\"}"}}}))
+                .unwrap();
+                (o.key(), o)
+            })
+            .collect();
+        let due = prewarms_due(
+            &policy,
+            &[&policy],
+            &owners,
+            &workloads,
+            &std::collections::HashMap::new(),
+            history,
+            record.now,
+        );
+        let mut theirs: Vec<(String, String)> = due
+            .iter()
+            .map(|(o, p)| (o.name.clone(), p.reason.clone()))
+            .collect();
+        let mut ours: Vec<(String, String)> = record
+            .prewarms
+            .iter()
+            .map(|(m, p)| (m.name.clone(), p.reason.clone()))
+            .collect();
+        theirs.sort();
+        ours.sort();
+        assert_eq!(theirs, ours, "at {}", record.now);
+        woken += ours.len();
+        if record.acted_last_hour == 0 {
+            let ours: BTreeMap<&str, _> = record
+                .candidates
+                .iter()
+                .zip(record.planned)
+                .map(|(c, p)| (c.meta.name.as_str(), p))
+                .collect();
+            assert_eq!(controller.planned.len(), ours.len(), "at {}", record.now);
+            for p in &controller.planned {
+                let name = workloads[p.workload].root.name.as_str();
+                let mine = ours[name];
+                assert_eq!(
+                    (&p.decision.step, &p.decision.reason),
+                    (&mine.decision.step, &mine.decision.reason),
+                    "{name} at {}",
+                    record.now
+                );
+            }
+            compared += 1;
+        }
+    });
+    assert!(compared > 1000, "only {compared} steps compared");
+    assert!(
+        woken > 0,
+        "no pre-warm in six days: {:?}",
+        b.summary.prewarm
+    );
+    assert_eq!(b.summary.prewarm.wakes, woken);
+}
+
+/// The 23-day production file (30 model servers) under its policy with `action.preWarm`
+/// (15 minutes, 3 days), cold: the pre-warms find the servers' rhythm — most wakes are
+/// warm starts, some regrets become warm starts — and what they cost is counted: the
+/// warm GPU-hours and the wakes nobody used, and the reclaim each wake ended.
+#[test]
+fn on_23_days_of_production_traffic_pre_warm_turns_regrets_into_warm_starts_and_counts_its_cost() {
+    use gpu_reaper::api::policy::PreWarm;
+    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
+        &std::fs::read_to_string(production("alibaba-genai26-lora-dev.policy.yaml")).unwrap(),
+        "policy",
+    )
+    .unwrap();
+    let trace = gpu_reaper::commands::backtest::load_trace(
+        Some(&production(
+            "alibaba-genai26-lora-dev__30-models-23d__gract-ksm.om.gz",
+        )),
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    let options = BacktestOptions {
+        regret_horizon: SignedDuration::from_hours(2),
+        keep_timelines: false,
+        warmup: SignedDuration::ZERO,
+    };
+    let mut spec = policy.spec.clone();
+    spec.action.max_per_hour = u32::MAX;
+    spec.action.pre_warm = None;
+    let mut warmed = spec.clone();
+    warmed.action.pre_warm = Some(PreWarm {
+        before: dur("15m"),
+        min_days: 3,
+    });
+    // The two replays side by side (each is a few seconds of CPU in a debug build).
+    let (without, with) = std::thread::scope(|scope| {
+        let without = scope.spawn(|| backtest::run("cold", &spec, &trace, &options));
+        let with = backtest::run("pre-warm", &warmed, &trace, &options);
+        (without.join().unwrap(), with)
+    });
+    assert_eq!(without.summary.prewarm, backtest::PreWarmSummary::default());
+    let p = &with.summary.prewarm;
+    assert_eq!(with.summary.workloads, 30);
+    assert!(p.wakes >= 10, "{p:?}");
+    assert_eq!(
+        p.wakes,
+        p.warm_starts + p.unused,
+        "every wake is a warm start or unused: {p:?}"
+    );
+    assert!(p.warm_starts * 2 > p.wakes, "most wakes are used: {p:?}");
+    assert!(p.regrets_avoided > 0, "{p:?}");
+    assert!(p.warm_gpu_hours > 0.0, "{p:?}");
+    assert!(
+        with.summary.regrets < without.summary.regrets,
+        "with {:?} without {:?}",
+        with.summary,
+        without.summary
+    );
+    let ended: usize = with
+        .workloads
+        .iter()
+        .flat_map(|w| &w.actions)
+        .filter(|a| a.prewarmed_at.is_some())
+        .inspect(|a| assert!(!a.regret && a.prewarmed_at > Some(a.at)))
+        .count();
+    assert_eq!(ended, p.wakes);
 }

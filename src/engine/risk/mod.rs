@@ -209,6 +209,17 @@ impl IdleHistory {
         self.spans.is_empty()
     }
 
+    /// Its finished spans kept, oldest first: when each ended (Unix seconds), how long it
+    /// lasted (seconds), and whether activity resumed (else it was censored).
+    pub fn finished(&self) -> impl Iterator<Item = (i64, i64, bool)> + '_ {
+        self.spans.iter().map(|s| (s.ended_at, s.length, s.resumed))
+    }
+
+    /// When the span in progress began (its last busy instant), while it is known.
+    pub fn open_since(&self) -> Option<Timestamp> {
+        self.last_busy
+    }
+
     /// The class of the median resumed span, once there are enough of them.
     pub fn rhythm(&self) -> Option<Rhythm> {
         let n: u32 = self.by_rhythm.iter().sum();
