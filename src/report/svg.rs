@@ -197,6 +197,11 @@ pub fn frontier(title: &str, points: &[crate::backtest::sweep::Point]) -> String
             "#c0392b",
             "fixed idle duration (action.after)",
         ),
+        (
+            Family::PreWarm,
+            "#e67e22",
+            "fixed and risk-based with action.preWarm",
+        ),
         (Family::Baseline, "#555555", "other tools' fixed rules"),
         (
             Family::Oracle,

@@ -271,7 +271,9 @@ fn backtest_sweep_on_a_synthetic_trace_prints_every_variant_and_draws_the_fronti
     }
     let drawing = std::fs::read_to_string(&svg).unwrap();
     assert!(drawing.starts_with("<svg") && drawing.contains("<polyline"));
-    assert_eq!(drawing.matches("<circle").count(), 7 + 7 + 2 + 1);
+    // Fixed, risk, both again with pre-warm, the other tools, the oracle.
+    assert_eq!(drawing.matches("<circle").count(), 7 + 7 + 14 + 2 + 1);
+    assert!(drawing.contains("with action.preWarm"));
 
     let (ok, out, err) = cli(&[
         "backtest",
