@@ -118,14 +118,25 @@ pub fn housekeeping(outcome: Result<Outcome, ActionError>) -> (Severity, String)
 }
 
 /// The `PreWarmed` note: why the workload was woken before its predicted use (the
-/// engine's sentence), then what the wake did.
-pub fn pre_warmed(why: &str, outcome: Result<Outcome, ActionError>) -> (Severity, String) {
+/// engine's sentence), then what the wake did; with the result label of
+/// `gpu_reaper_actions_total{action="PreWarm"}`.
+pub fn pre_warmed(
+    why: &str,
+    outcome: Result<Outcome, ActionError>,
+) -> (&'static str, Severity, String) {
+    let result = match &outcome {
+        Ok(Outcome::Done(_)) => "done",
+        Ok(Outcome::AlreadyDone(_)) => "already_done",
+        Ok(Outcome::Refused(_)) => "refused",
+        Ok(Outcome::Unsupported(_)) => "unsupported",
+        Err(_) => "failed",
+    };
     let (severity, what) = housekeeping(outcome);
     let mut why = why.to_string();
     if let Some(first) = why.get(..1) {
         why.replace_range(..1, &first.to_uppercase());
     }
-    (severity, format!("{why}: {what}"))
+    (result, severity, format!("{why}: {what}"))
 }
 
 #[cfg(test)]

@@ -133,3 +133,24 @@ fn housekeeping_reports_the_outcomes_own_sentence() {
         (Severity::Warning, "no /scale".to_string())
     );
 }
+
+#[test]
+fn a_pre_warm_says_why_then_what_the_wake_did_with_its_metric_result() {
+    let why = "usually busy again at 08:00 UTC on weekdays: on 5 of the 5 past weekdays on which a pause of 1h or more ended, one ended between 07:00 and 08:00 UTC; woken 15m before";
+    assert_eq!(
+        pre_warmed(
+            why,
+            Ok(Outcome::Done(
+                "scaled ml/Deployment/chat back to 1 replicas".into()
+            ))
+        ),
+        (
+            "done",
+            Severity::Normal,
+            "Usually busy again at 08:00 UTC on weekdays: on 5 of the 5 past weekdays on which a pause of 1h or more ended, one ended between 07:00 and 08:00 UTC; woken 15m before: scaled ml/Deployment/chat back to 1 replicas".to_string()
+        )
+    );
+    let (result, severity, note) = pre_warmed(why, Ok(Outcome::Unsupported("no /scale".into())));
+    assert_eq!((result, severity), ("unsupported", Severity::Warning));
+    assert!(note.ends_with(": no /scale"), "{note}");
+}

@@ -101,8 +101,9 @@ pub async fn prewarm(
     now: Timestamp,
 ) {
     let result = actions::wake(&ctx.client, root, now).await;
-    let (severity, note) = events_text::pre_warmed(&pre_warm.reason, result);
-    tracing::info!(workload = %root.key(), reason = "PreWarmed", detail = %note, "pre-warm");
+    let (label, severity, note) = events_text::pre_warmed(&pre_warm.reason, result);
+    ctx.metrics.pre_warm(label);
+    tracing::info!(workload = %root.key(), reason = "PreWarmed", result = label, detail = %note, "pre-warm");
     warn::notify(ctx, root, severity, "PreWarmed", note).await;
 }
 

@@ -132,4 +132,14 @@ impl Metrics {
             })
             .inc();
     }
+
+    /// A pre-warm (`action.preWarm`): counted under `action="PreWarm"`.
+    pub fn pre_warm(&self, result: &'static str) {
+        self.actions
+            .get_or_create(&ActionLabels {
+                action: "PreWarm".into(),
+                result,
+            })
+            .inc();
+    }
 }

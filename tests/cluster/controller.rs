@@ -1615,4 +1615,9 @@ async fn in_process_a_pre_warm_wakes_a_scaled_to_zero_deployment_before_its_usua
             ))),
         "{events:?}"
     );
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains("gpu_reaper_actions_total{action=\"PreWarm\",result=\"done\"} 1"),
+        "{metrics}"
+    );
 }
