@@ -271,7 +271,12 @@ impl LiveTelemetry {
             let samples = series
                 .get(&(key.0.as_str(), key.1.as_str(), key.2.as_str()))
                 .copied();
-            if let Some(s) = samples {
+            // Replaced only when a label changed: a derived `clone_from` allocates every
+            // string anew, and 10,000 GPUs' identities reallocated each cycle among the
+            // cycle's short-lived data kept part of the allocator's pages resident.
+            if let Some(s) = samples
+                && gpu.identity != s.gpu
+            {
                 gpu.identity.clone_from(&s.gpu);
             }
             for bucket in first..=last {

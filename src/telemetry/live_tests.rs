@@ -509,3 +509,34 @@ fn a_gpu_busy_at_every_sample_is_never_idle_under_a_one_minute_window() {
         );
     }
 }
+
+/// A GPU's identity is kept between reads and replaced only when its labels change (a
+/// new model name, a MIG profile): the observation shows the newest.
+#[test]
+fn a_gpu_whose_labels_change_is_observed_with_the_new_ones() {
+    let rules = Rules::from_spec(&policy().spec);
+    let policies = std::slice::from_ref(&rules);
+    let recording = record(1, None, |_, _| false);
+    let mut live = LiveTelemetry::new(60);
+    let r = live.next_read(policies, T0).unwrap();
+    live.apply(r, policies, recording.read(r.from, r.to).as_ref());
+    let model = |live: &LiveTelemetry| {
+        let obs = live.observe(&rules);
+        obs.values().next().expect("observed").model.clone()
+    };
+    assert_eq!(model(&live), "NVIDIA L4");
+    let relabelled = Recording(
+        recording
+            .0
+            .iter()
+            .map(|(m, series, labels, v, t)| {
+                let swap = |s: &str| s.replace("NVIDIA L4", "NVIDIA L40S");
+                (m.clone(), swap(series), swap(labels), *v, *t)
+            })
+            .collect(),
+    );
+    let r = live.next_read(policies, T0 + 2 * MIN).unwrap();
+    live.apply(r, policies, relabelled.read(r.from, r.to).as_ref());
+    assert_eq!(model(&live), "NVIDIA L40S");
+    assert_eq!(live.gpus(), 1);
+}
