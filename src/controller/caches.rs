@@ -32,7 +32,8 @@ use crate::gpus::GpuResources;
 /// The stores a cycle reads.
 pub struct Caches {
     pods: GpuPods,
-    owners: Vec<(ApiResource, Store<PartialObjectMeta<DynamicObject>>)>,
+    /// Each owner kind's objects, as the inventory reads them (`ObjectInfo`).
+    owners: Vec<(ApiResource, Folded<ObjectInfo>)>,
     /// GpuPolicies as the API server sent them, read by each cycle.
     policies: Store<DynamicObject>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -44,41 +45,74 @@ pub struct Caches {
     pub policy_changed: Arc<Notify>,
 }
 
-/// The pods that claim GPUs, by namespace and name, folded from the pod watch: a pod that
-/// claims none is read as it passes and not kept (whether a pod claims GPUs cannot change:
-/// extended resources and resource claims are immutable in a pod spec). At 50,000 pods of
-/// which 10,000 hold GPUs, a reflector store of every pod kept 40,000 entries (an
-/// `ObjectMeta` and a key each, ≈ 40 MB) that no cycle reads.
-#[derive(Clone, Default)]
-struct GpuPods {
-    inner: Arc<std::sync::RwLock<GpuPodsInner>>,
+/// A watch folded into a map by namespace and name, keeping of each object only what
+/// `keep` makes of it (nothing: the object is not kept). The pods' watch keeps the pods
+/// that claim GPUs: a pod that claims none is read as it passes (whether a pod claims GPUs
+/// cannot change: extended resources and resource claims are immutable in a pod spec).
+/// At 50,000 pods of which 10,000 hold GPUs, a reflector store of every pod kept 40,000
+/// entries (an `ObjectMeta` and a key each, ≈ 40 MB) that no cycle reads. The owners'
+/// watches keep each owner's `ObjectInfo`: a reflector store kept its
+/// `PartialObjectMeta` and a key repeating the kind's `ApiResource` (≈ 25,000 owners at
+/// 50,000 pods).
+struct Folded<T> {
+    inner: Arc<std::sync::RwLock<FoldedInner<T>>>,
     ready: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
-#[derive(Default)]
-struct GpuPodsInner {
-    items: HashMap<(String, String), Arc<GpuPodParts>>,
-    /// The objects of an initial list (or re-list) being read.
-    listing: Option<HashMap<(String, String), Arc<GpuPodParts>>>,
+impl<T> Clone for Folded<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            ready: self.ready.clone(),
+        }
+    }
 }
 
-impl GpuPods {
-    fn apply(&self, event: &watcher::Event<StoredPod>) {
-        let key = |p: &StoredPod| {
+impl<T> Default for Folded<T> {
+    fn default() -> Self {
+        Self {
+            inner: Default::default(),
+            ready: Default::default(),
+        }
+    }
+}
+
+struct FoldedInner<T> {
+    items: HashMap<(String, String), T>,
+    /// The objects of an initial list (or re-list) being read.
+    listing: Option<HashMap<(String, String), T>>,
+}
+
+impl<T> Default for FoldedInner<T> {
+    fn default() -> Self {
+        Self {
+            items: HashMap::new(),
+            listing: None,
+        }
+    }
+}
+
+impl<T> Folded<T> {
+    fn fold<K>(&self, event: &watcher::Event<K>, keep: impl Fn(&K) -> Option<T>)
+    where
+        K: kube::Resource,
+    {
+        let key = |o: &K| {
+            let m = o.meta();
             (
-                p.metadata.namespace.clone().unwrap_or_default(),
-                p.metadata.name.clone().unwrap_or_default(),
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
             )
         };
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Init => inner.listing = Some(HashMap::new()),
-            watcher::Event::InitApply(p) => {
-                if let Some(gpu) = &p.gpu {
+            watcher::Event::InitApply(o) => {
+                if let Some(kept) = keep(o) {
                     inner
                         .listing
                         .get_or_insert_with(HashMap::new)
-                        .insert(key(p), gpu.clone());
+                        .insert(key(o), kept);
                 }
             }
             watcher::Event::InitDone => {
@@ -87,29 +121,56 @@ impl GpuPods {
                 }
                 self.ready.send_replace(true);
             }
-            watcher::Event::Apply(p) => match &p.gpu {
-                Some(gpu) => {
-                    inner.items.insert(key(p), gpu.clone());
+            watcher::Event::Apply(o) => match keep(o) {
+                Some(kept) => {
+                    inner.items.insert(key(o), kept);
                 }
                 None => {
-                    inner.items.remove(&key(p));
+                    inner.items.remove(&key(o));
                 }
             },
-            watcher::Event::Delete(p) => {
-                inner.items.remove(&key(p));
+            watcher::Event::Delete(o) => {
+                inner.items.remove(&key(o));
             }
         }
     }
 
-    fn state(&self) -> Vec<Arc<GpuPodParts>> {
+    /// Reads what is kept now.
+    fn with<R>(&self, read: impl FnOnce(&HashMap<(String, String), T>) -> R) -> R {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.items.values().cloned().collect()
+        read(&inner.items)
     }
 
     async fn wait_until_ready(&self) {
         let mut ready = self.ready.subscribe();
         let _ = ready.wait_for(|r| *r).await;
     }
+}
+
+/// The pods that claim GPUs, by namespace and name.
+type GpuPods = Folded<Arc<GpuPodParts>>;
+
+impl GpuPods {
+    fn apply(&self, event: &watcher::Event<StoredPod>) {
+        self.fold(event, |p| p.gpu.clone());
+    }
+
+    fn state(&self) -> Vec<Arc<GpuPodParts>> {
+        self.with(|items| items.values().cloned().collect())
+    }
+}
+
+/// What an owner's watch keeps of it: its `ObjectInfo` with only our annotations
+/// (kubectl's copy of the last applied manifest is often the largest part of an object)
+/// and its controller reference.
+fn owner_info(
+    resource: &ApiResource,
+    owner: &PartialObjectMeta<DynamicObject>,
+) -> Option<ObjectInfo> {
+    let mut info = ObjectInfo::from_meta(&resource.api_version, &resource.kind, &owner.metadata)?;
+    info.annotations =
+        our_annotations(Some(std::mem::take(&mut info.annotations))).unwrap_or_default();
+    Some(info)
 }
 
 /// What wakes the loop early: a notifier and which events ring it.
@@ -345,20 +406,6 @@ fn policy_spec_changed(
     }
 }
 
-/// An owner's metadata without what the inventory never reads: managed fields and
-/// kubectl's copy of the last applied manifest (often the largest part of an object).
-fn prune_owner(owner: &mut PartialObjectMeta<DynamicObject>) {
-    let m = &mut owner.metadata;
-    m.managed_fields = None;
-    m.annotations = our_annotations(m.annotations.take());
-    m.finalizers = None;
-    m.generate_name = None;
-    m.self_link = None;
-    if let Some(refs) = m.owner_references.as_mut() {
-        refs.retain(|r| r.controller == Some(true));
-    }
-}
-
 impl Caches {
     /// Starts the watches; owner kinds whose API is not served, or that RBAC does not let
     /// the controller list, are skipped (pods under them are reported, not acted on).
@@ -393,13 +440,14 @@ impl Caches {
                 }
                 continue;
             }
-            let writer = reflector::store::Writer::new(resource.clone());
-            let reader = writer.as_reader();
-            let stream =
-                reflector::reflector(writer, watcher(api, config.clone()).modify(prune_owner))
-                    .default_backoff();
+            let folded = Folded::default();
+            let fold = folded.clone();
+            let kind = resource.clone();
+            let stream = watcher(api, config.clone())
+                .default_backoff()
+                .map_ok(move |event| fold.fold(&event, |o| owner_info(&kind, o)));
             drive("owners", stream, None);
-            owners.push((resource, reader));
+            owners.push((resource, folded));
         }
 
         let policy_changed = Arc::new(Notify::new());
@@ -487,8 +535,8 @@ impl Caches {
     /// Waits until every watch has listed once.
     pub async fn wait_synced(&self) {
         self.pods.wait_until_ready().await;
-        for (_, store) in &self.owners {
-            let _ = store.wait_until_ready().await;
+        for (_, owners) in &self.owners {
+            owners.wait_until_ready().await;
         }
         let _ = self.policies.wait_until_ready().await;
         let _ = self.namespaces.wait_until_ready().await;
@@ -577,7 +625,7 @@ impl Caches {
 /// in their stores unread: at 50,000 pods, turning each of ≈ 25,000 owners into an
 /// `ObjectInfo` every cycle was most of what a cycle added to the steady memory.
 fn owners_read<'a>(
-    stores: &[(ApiResource, Store<PartialObjectMeta<DynamicObject>>)],
+    kinds: &[(ApiResource, Folded<ObjectInfo>)],
     pods: impl Iterator<Item = &'a ObjectInfo>,
 ) -> HashMap<ObjectKey, ObjectInfo> {
     let mut owners: HashMap<ObjectKey, ObjectInfo> = HashMap::new();
@@ -594,23 +642,19 @@ fn owners_read<'a>(
         })
     };
     pending.extend(pods.filter_map(up));
-    for (resource, store) in stores {
-        for m in store.state() {
-            let ours = m
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.keys().any(|k| k.starts_with(crate::api::keys::PREFIX)));
-            if !ours {
-                continue;
+    for (_, kept) in kinds {
+        kept.with(|items| {
+            for info in items.values() {
+                let ours = info
+                    .annotations
+                    .keys()
+                    .any(|k| k.starts_with(crate::api::keys::PREFIX));
+                if ours {
+                    pending.extend(up(info));
+                    owners.insert(info.key(), info.clone());
+                }
             }
-            if let Some(info) =
-                ObjectInfo::from_meta(&resource.api_version, &resource.kind, &m.metadata)
-            {
-                pending.extend(up(&info));
-                owners.insert(info.key(), info);
-            }
-        }
+        });
     }
     while let Some((api_version, kind, namespace, name)) = pending.pop() {
         let key = ObjectKey::new(&api_version, &kind, &namespace, &name);
@@ -618,22 +662,17 @@ fn owners_read<'a>(
             continue;
         }
         let group = inventory::group_of(&api_version);
-        let Some((resource, store)) = stores
+        let Some((_, kept)) = kinds
             .iter()
             .find(|(r, _)| r.kind == kind && r.group == group)
         else {
             continue;
         };
-        let reference = ObjectRef::new_with(&name, resource.clone()).within(&namespace);
-        let Some(m) = store.get(&reference) else {
+        let Some(info) = kept.with(|items| items.get(&(namespace, name)).cloned()) else {
             continue;
         };
-        if let Some(info) =
-            ObjectInfo::from_meta(&resource.api_version, &resource.kind, &m.metadata)
-        {
-            pending.extend(up(&info));
-            owners.insert(key, info);
-        }
+        pending.extend(up(&info));
+        owners.insert(key, info);
     }
     owners
 }

@@ -202,7 +202,6 @@ fn only_spec_changes_of_policies_start_a_cycle_early() {
 
 #[test]
 fn a_cycle_reads_the_owners_its_pods_reach_and_those_with_our_annotations() {
-    use kube::runtime::reflector::store::Writer;
     let resource = |group: &str, kind: &str, plural: &str| ApiResource {
         group: group.into(),
         version: "v1".into(),
@@ -239,14 +238,16 @@ fn a_cycle_reads_the_owners_its_pods_reach_and_those_with_our_annotations() {
         }
         m
     };
+    // As the owners' watches fold them.
     let store = |r: &ApiResource, objects: Vec<PartialObjectMeta<DynamicObject>>| {
-        let mut writer = Writer::new(r.clone());
-        writer.apply_watcher_event(&watcher::Event::Init);
+        let kept = Folded::default();
+        let keep = |o: &PartialObjectMeta<DynamicObject>| owner_info(r, o);
+        kept.fold(&watcher::Event::Init, keep);
         for o in objects {
-            writer.apply_watcher_event(&watcher::Event::InitApply(o));
+            kept.fold(&watcher::Event::InitApply(o), keep);
         }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        (r.clone(), writer.as_reader())
+        kept.fold(&watcher::Event::InitDone, keep);
+        (r.clone(), kept)
     };
     let deployments = resource("apps", "Deployment", "deployments");
     let replica_sets = resource("apps", "ReplicaSet", "replicasets");
