@@ -243,7 +243,8 @@ pub struct LiveReadArgs {
     /// evaluated (start-up, new leader, new policy), so the resumption-risk estimate and
     /// the request-driven-inference test start informed (Go duration; 0s: learn from the
     /// cycles alone). Only for policies that use them (`idle.maxResumeRisk`,
-    /// `action.inference`); spans older than the policy's `idle.history` are dropped.
+    /// `action.inference`, `action.preWarm`); spans older than the policy's
+    /// `idle.history` are dropped.
     #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", value_parser = go_duration,
           default_value_t = GoDuration(crate::backtest::CONTROLLER_BACKFILL))]
     pub history_backfill: GoDuration,

@@ -524,11 +524,14 @@ pub struct WorkloadCounts {
 }
 
 impl GpuPolicySpec {
-    /// Whether the policy learns from the idle-span history (`idle.maxResumeRisk`, or
-    /// `action.inference`'s request-driven test): the controller backfills it at start-up,
-    /// and a backtest that starts with none of it warns to use `--warmup`.
+    /// Whether the policy learns from the idle-span history (`idle.maxResumeRisk`,
+    /// `action.inference`'s request-driven test, or `action.preWarm`'s rhythm): the
+    /// controller backfills it at start-up, and a backtest that starts with none of it
+    /// warns to use `--warmup`.
     pub fn uses_idle_history(&self) -> bool {
-        self.idle.max_resume_risk.is_some() || self.action.inference.is_some()
+        self.idle.max_resume_risk.is_some()
+            || self.action.inference.is_some()
+            || self.action.pre_warm.is_some()
     }
 }
 

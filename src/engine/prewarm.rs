@@ -233,6 +233,17 @@ mod tests {
     }
 
     #[test]
+    fn a_pre_warm_policy_has_its_idle_history_backfilled_at_start_up() {
+        let mut spec = crate::api::policy::GpuPolicySpec::default();
+        assert!(!spec.uses_idle_history());
+        spec.action.pre_warm = Some(crate::api::policy::PreWarm {
+            before: kube::core::Duration::from(std::time::Duration::from_secs(900)),
+            min_days: 3,
+        });
+        assert!(spec.uses_idle_history());
+    }
+
+    #[test]
     fn a_weekend_is_judged_by_weekends_only() {
         // Weekdays from 08:00, and nothing on Saturday 12th and Sunday 13th.
         let h = office_hours(&[7, 8, 9, 10, 11, 14], "08:00");
