@@ -1,7 +1,7 @@
 //! Watches of the long-running controller: the pods that claim GPUs (a fold of the pod
-//! watch keeping only what the inventory reads; pods without GPUs are not kept), owners'
-//! metadata for every owner kind that is
-//! served — the kinds the controller names, plus, found by API discovery, every other
+//! watch keeping only what the inventory reads; pods without GPUs are not kept), owners
+//! (a fold of each kind's metadata watch keeping its `ObjectInfo`) for every owner kind
+//! that is served — the kinds the controller names, plus, found by API discovery, every other
 //! namespaced kind with a `/scale` subresource and the KServe LLMInferenceService —
 //! GpuPolicies, namespace metadata, and the DRA ResourceClaimTemplates and ResourceClaims
 //! (spec only) that pods' GPUs come from. A cycle reads the stores instead of listing; a
