@@ -59,6 +59,11 @@ pub async fn act(
         ctx.metrics.action(action, "held_for_delivery");
         return;
     }
+    if let Some(held) = held_for_notice(policy, root, now) {
+        tracing::info!(workload = %key, "{held}; not acting yet");
+        ctx.metrics.action(action, "held_for_notice");
+        return;
+    }
     let (result, reclaimed) = match judged.softer {
         Softer::Keep { keep, .. } if action == ActionType::ScaleToZero => (
             actions::scale_to_minimum(&ctx.client, root, *keep, now).await,
@@ -92,6 +97,32 @@ pub async fn act(
         warn::send_personal(ctx, sent, judged, &personal, &due, &mut delivery, now).await;
     }
     warn::notify(ctx, root, acted.severity, acted.reason, acted.note).await;
+}
+
+/// Why a due action waits for its warning to give its notice (`deliver::Delivery::notice`),
+/// if it does: the warning of this idle period reached nobody yet, or reached someone
+/// late (its Event lost with a leader and written by a retry).
+fn held_for_notice(
+    policy: &crate::api::GpuPolicy,
+    root: &ObjectInfo,
+    now: Timestamp,
+) -> Option<String> {
+    let delivery = Delivery::parse(&root.annotations)?;
+    let warned: Timestamp = root.annotations.get(keys::WARNED_AT)?.parse().ok()?;
+    if delivery.for_ != Some(warned) {
+        return None;
+    }
+    let rules = Rules::from_spec(&policy.spec);
+    let notice = rules.notice();
+    match delivery.notice(notice, now) {
+        deliver::Notice::Given => None,
+        deliver::Notice::Undelivered => Some(format!(
+            "the warning of {warned} has reached nobody yet (its Event is written again first)"
+        )),
+        deliver::Notice::Running { at, until } => Some(format!(
+            "the warning of {warned} was first delivered at {at}: its notice runs to {until}"
+        )),
+    }
 }
 
 /// Records what the reclaimed workload held, for reclaimed GPU-hours and savings.

@@ -9,6 +9,11 @@
 //!   recording finds `sending` and sends again: delivery is at-least-once with that one
 //!   narrow window, and a warning is never lost silently. Failures are retried with
 //!   exponential backoff (1 min doubling to 1 h, at most [`MAX_ATTEMPTS`]).
+//! - The warning's Event is a channel of the same record (`event`), with the note it
+//!   states: a leader that stops between recording the warning and writing its Event
+//!   leaves `event` `sending`, and the next one writes that very note (create-if-absent:
+//!   the same sentence is never a second occurrence). [`Delivery::notice`] holds the
+//!   action until the warning reached someone on some channel a notice before it.
 
 use crate::engine::classify::human;
 use crate::engine::inference::Softer;
@@ -40,6 +45,31 @@ pub struct ChannelState {
     /// Who it went to (sent), or why not (failed, unrouted).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// When it reached someone (sent). Records of versions before the Event was a
+    /// channel have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
+    /// The `event` channel: the note the warning's Event states, written again as it was
+    /// when the Event is retried. (Earlier versions ignore both fields.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The record's name of the warning's Event.
+pub const EVENT: &str = "event";
+
+/// Why a due action waits for its warning ([`Delivery::notice`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// The warning reached someone a notice ago or more, or every channel gave up, or
+    /// the record predates the Event as a channel: the action may go ahead.
+    Given,
+    /// No channel delivered the warning yet (e.g. its Event was lost with a leader):
+    /// retried first, then a whole notice.
+    Undelivered,
+    /// First delivered at `at` (later than the warning: a retry), so the notice runs
+    /// to `until`.
+    Running { at: Timestamp, until: Timestamp },
 }
 
 /// Where one channel's message stands; written as the lowercase words every version has
@@ -104,6 +134,20 @@ impl Delivery {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// The record of a warning given at `warned_at` whose Event states `note`: the Event
+    /// and every personal channel `sending`.
+    pub fn warning(warned_at: Timestamp, note: &str, personal: &[Channel]) -> Self {
+        let mut d = Self::start(warned_at, personal);
+        d.channels.insert(
+            EVENT.to_string(),
+            ChannelState {
+                note: Some(note.to_string()),
+                ..ChannelState::default()
+            },
+        );
+        d
+    }
+
     /// A fresh record for a warning given at `warned_at`: every channel `sending`.
     pub fn start(warned_at: Timestamp, channels: &[Channel]) -> Self {
         Self {
@@ -152,6 +196,7 @@ impl Delivery {
                 entry.state = SendState::Sent;
                 entry.detail = to.clone();
                 entry.next = None;
+                entry.at = Some(now);
             }
             Err(crate::notify::Failure::Unrouted(why)) => {
                 entry.state = SendState::Unrouted;
@@ -167,9 +212,53 @@ impl Delivery {
         }
     }
 
-    /// A Slack or email warning reached someone.
+    /// A Slack or email warning reached someone (`warn.requireDelivery`; the Event does
+    /// not count).
     pub fn delivered(&self) -> bool {
-        self.channels.values().any(|s| s.state == SendState::Sent)
+        self.channels
+            .iter()
+            .any(|(c, s)| c != EVENT && s.state == SendState::Sent)
+    }
+
+    /// Whether the warning this record belongs to has given its notice at `now`: it
+    /// reached someone on some channel (its Event included) at least `notice` before
+    /// (`action.after − warn.after`, the time the engine leaves between a warning and
+    /// its action). A warning delivered late — its Event lost with a leader and written
+    /// by the retry, an email sent after an outage — moves the action to a notice after
+    /// that delivery, never earlier than the deadline it states. Not held: records of
+    /// versions before the Event was a channel, and warnings whose every channel gave
+    /// up (attempts spent, nobody to route to): nothing more can tell anyone.
+    pub fn notice(&self, notice: SignedDuration, now: Timestamp) -> Notice {
+        if !self.channels.contains_key(EVENT) {
+            return Notice::Given;
+        }
+        let sent = self
+            .channels
+            .values()
+            .filter(|s| s.state == SendState::Sent);
+        let first = sent.clone().filter_map(|s| s.at).min();
+        if sent.clone().any(|s| s.at.is_none()) {
+            return Notice::Given;
+        }
+        match first {
+            Some(at) if at + notice <= now => Notice::Given,
+            Some(at) => Notice::Running {
+                at,
+                until: at + notice,
+            },
+            None => {
+                let gave_up = self.channels.values().all(|s| match s.state {
+                    SendState::Sending | SendState::Failed => s.attempts >= MAX_ATTEMPTS,
+                    SendState::Sent => false,
+                    SendState::Unrouted | SendState::Unknown => true,
+                });
+                if gave_up {
+                    Notice::Given
+                } else {
+                    Notice::Undelivered
+                }
+            }
+        }
     }
 }
 
@@ -437,5 +526,75 @@ mod tests {
         }
         assert!(d.due(at + SignedDuration::from_hours(100)).is_empty());
         assert!(!d.delivered());
+    }
+
+    #[test]
+    fn a_warning_event_lost_with_a_leader_holds_the_action_until_a_notice_after_it_is_written() {
+        let warned = t("2026-12-04T16:54:41Z");
+        let notice = SignedDuration::from_mins(1);
+        let mut d = Delivery::warning(warned, "… scaled to zero at 16:55:41 …", &[Channel::Email]);
+        assert_eq!(
+            d.channels[EVENT].note.as_deref(),
+            Some("… scaled to zero at 16:55:41 …")
+        );
+        // The leader died after recording the warning: nothing written, nothing sent.
+        let due_at = t("2026-12-04T16:56:47Z");
+        assert_eq!(d.due(due_at), ["email", "event"]);
+        assert_eq!(d.notice(notice, due_at), Notice::Undelivered);
+        // The next leader writes the Event and sends the email: a whole notice from there.
+        d.record(EVENT, &Ok("Event on ml/Deployment/wave-07".into()), due_at);
+        d.record("email", &Ok("ana@example.com".into()), due_at);
+        let until = due_at + notice;
+        assert_eq!(
+            d.notice(notice, due_at + SignedDuration::from_secs(20)),
+            Notice::Running { at: due_at, until }
+        );
+        assert_eq!(d.notice(notice, until), Notice::Given);
+        // The Event does not count as a Slack or email delivery (`requireDelivery`).
+        let mut event_only = Delivery::warning(warned, "n", &[Channel::Email]);
+        event_only.record(EVENT, &Ok("Event".into()), warned);
+        assert!(!event_only.delivered());
+        // The note survives the annotation, and earlier versions' parsers ignore it.
+        let text = d.to_annotation();
+        let annotations = BTreeMap::from([(crate::api::keys::NOTIFIED.to_string(), text)]);
+        assert_eq!(Delivery::parse(&annotations), Some(d));
+    }
+
+    #[test]
+    fn a_warning_delivered_on_time_is_not_held_and_old_records_are_never_held() {
+        let warned = t("2026-11-29T10:00:00Z");
+        let notice = SignedDuration::from_mins(30);
+        let mut d = Delivery::warning(warned, "n", &[]);
+        d.record(EVENT, &Ok("Event".into()), warned);
+        assert_eq!(d.notice(notice, warned + notice), Notice::Given);
+        assert_eq!(
+            d.notice(notice, warned + SignedDuration::from_mins(29)),
+            Notice::Running {
+                at: warned,
+                until: warned + notice
+            }
+        );
+        // A record written before the Event was a channel: as before, never held.
+        let mut old = Delivery::start(warned, &[Channel::Email]);
+        assert_eq!(old.notice(notice, warned), Notice::Given);
+        old.record("email", &Err(Failure::Retry("down".into())), warned);
+        assert_eq!(old.notice(notice, warned), Notice::Given);
+    }
+
+    #[test]
+    fn a_warning_every_channel_gave_up_on_does_not_hold_the_action_for_ever() {
+        let warned = t("2026-11-29T10:00:00Z");
+        let notice = SignedDuration::from_mins(30);
+        let mut d = Delivery::warning(warned, "n", &[Channel::Slack]);
+        d.record("slack", &Err(Failure::Unrouted("no owner".into())), warned);
+        let mut at = warned;
+        for _ in 0..MAX_ATTEMPTS - 1 {
+            d.record(EVENT, &Err(Failure::Retry("forbidden".into())), at);
+            at += SignedDuration::from_hours(1);
+            assert_eq!(d.notice(notice, at), Notice::Undelivered);
+        }
+        d.record(EVENT, &Err(Failure::Retry("forbidden".into())), at);
+        assert!(d.due(at + SignedDuration::from_hours(2)).is_empty());
+        assert_eq!(d.notice(notice, at), Notice::Given);
     }
 }

@@ -65,12 +65,15 @@ pub async fn notify(
 /// (`engine::ladder`). (A retry used the first term alone, so a retried email named
 /// another time than the Event when the warning had come late.)
 pub fn stated_deadline(idle_since: Timestamp, warned_at: Timestamp, rules: &Rules) -> Timestamp {
-    let notice = (rules.action_after - rules.warn_after).max(jiff::SignedDuration::ZERO);
+    let notice = rules.notice();
     (idle_since + rules.action_after).max(warned_at + notice)
 }
 
 /// A `Warn` step: recorded first (a warning that cannot be recorded is not sent and is
-/// retried next cycle), then the Event, then Slack and email.
+/// retried next cycle), then the Event, then Slack and email. In Enforce mode the record
+/// (`gpureaper.io/notified`, [`Delivery::warning`]) holds the Event's note and every
+/// channel's state, so a warning whose Event or message a stopped leader never wrote is
+/// written by the next one ([`retry`]).
 pub async fn warn(
     ctx: &Context,
     audit_memory: &mut AuditMemory,
@@ -101,15 +104,15 @@ pub async fn warn(
     );
     let note = events_text::warning(&fields, judged.softer, audit);
     let channels = deliver::personal_channels(policy);
+    let mut delivery = Delivery::warning(now, &note, &channels);
     if audit {
         audit_memory.warned_at.insert(key.clone(), now);
     } else {
-        // The Slack/email bookkeeping starts in the same patch as the warning.
-        let mut annotations = json!({keys::WARNED_AT: now.to_string()});
-        if !channels.is_empty() {
-            annotations[keys::NOTIFIED] = json!(Delivery::start(now, &channels).to_annotation());
-        }
-        let patch = json!({"metadata": {"annotations": annotations}});
+        // The delivery bookkeeping starts in the same patch as the warning.
+        let patch = json!({"metadata": {"annotations": {
+            keys::WARNED_AT: now.to_string(),
+            keys::NOTIFIED: delivery.to_annotation(),
+        }}});
         if let Err(e) =
             actions::merge_patch(&ctx.client, root, &patch, "recording the warning".into()).await
         {
@@ -117,20 +120,27 @@ pub async fn warn(
             return;
         }
     }
-    notify(ctx, root, Severity::Warning, "IdleGpus", note).await;
+    let event = send_event(ctx, judged, &note, false).await;
+    delivery.record(deliver::EVENT, &event, now);
+    let mut owner = None;
     if !channels.is_empty() {
         let personal = personal_message(ctx, sent, judged, Kind::Warning, action_at, now).await;
-        let mut delivery = Delivery::start(now, &channels);
-        let due: Vec<String> = delivery.channels.keys().cloned().collect();
+        let due: Vec<String> = channels
+            .iter()
+            .map(|c| deliver::channel_name(*c).to_string())
+            .collect();
         send_personal(ctx, sent, judged, &personal, &due, &mut delivery, now).await;
-        if !audit {
-            save_delivery(ctx, root, &delivery, &personal.owner.describe()).await;
-        }
+        owner = Some(personal.owner.describe());
+    }
+    if !audit {
+        save_delivery(ctx, root, &delivery, owner.as_deref()).await;
     }
 }
 
-/// Sends again the warnings of this idle period that failed (after their backoff) or
-/// were left `sending` by a controller that stopped.
+/// Sends again what this idle period's warning has not delivered: messages that failed
+/// (after their backoff) or were left `sending` by a controller that stopped, and its
+/// Event when a stopped leader recorded the warning but never wrote it (the same note,
+/// created if absent).
 pub async fn retry(ctx: &Context, sent: &mut Sent, judged: &Judged<'_>, now: Timestamp) {
     let (policy, w, d) = (judged.policy, judged.workload, judged.decision);
     let root = &w.root;
@@ -145,19 +155,84 @@ pub async fn retry(ctx: &Context, sent: &mut Sent, judged: &Judged<'_>, now: Tim
     {
         return;
     }
-    let due = delivery.due(now);
-    if due.is_empty() {
+    let (event_due, personal_due): (Vec<String>, Vec<String>) = delivery
+        .due(now)
+        .into_iter()
+        .partition(|c| c == deliver::EVENT);
+    let event_note = delivery
+        .channels
+        .get(deliver::EVENT)
+        .and_then(|s| s.note.clone());
+    if personal_due.is_empty() && (event_due.is_empty() || event_note.is_none()) {
         return;
     }
-    let rules = Rules::from_spec(&policy.spec);
-    let action_at = stated_deadline(
-        d.verdict.idle_since.unwrap_or(now),
-        warned.unwrap_or(now),
-        &rules,
-    );
-    let personal = personal_message(ctx, sent, judged, Kind::Warning, action_at, now).await;
-    send_personal(ctx, sent, judged, &personal, &due, &mut delivery, now).await;
-    save_delivery(ctx, root, &delivery, &personal.owner.describe()).await;
+    if let (false, Some(note)) = (event_due.is_empty(), &event_note) {
+        let event = send_event(ctx, judged, note, true).await;
+        delivery.record(deliver::EVENT, &event, now);
+    }
+    let mut owner = None;
+    if !personal_due.is_empty() {
+        let rules = Rules::from_spec(&policy.spec);
+        let action_at = stated_deadline(
+            d.verdict.idle_since.unwrap_or(now),
+            warned.unwrap_or(now),
+            &rules,
+        );
+        let personal = personal_message(ctx, sent, judged, Kind::Warning, action_at, now).await;
+        send_personal(
+            ctx,
+            sent,
+            judged,
+            &personal,
+            &personal_due,
+            &mut delivery,
+            now,
+        )
+        .await;
+        owner = Some(personal.owner.describe());
+    }
+    save_delivery(ctx, root, &delivery, owner.as_deref()).await;
+}
+
+/// Writes a warning's Event (every always-on notifier) and says whether it was written:
+/// the first time as a new sentence, on a retry ([`crate::notify::Notifier::resend`]) only if absent.
+async fn send_event(
+    ctx: &Context,
+    judged: &Judged<'_>,
+    note: &str,
+    again: bool,
+) -> Result<String, Failure> {
+    let root = &judged.workload.root;
+    let notification = Notification {
+        workload: root.clone(),
+        reason: "IdleGpus",
+        severity: Severity::Warning,
+        message: note.to_string(),
+        personal: None,
+    };
+    let mut out = Ok(format!("Event on {}", root.key()));
+    for notifier in &ctx.notifiers.always {
+        let result = if again {
+            notifier.resend(&notification).await
+        } else {
+            notifier.notify(&notification).await
+        };
+        if let Err(e) = result {
+            tracing::warn!(workload = %root.key(), channel = notifier.name(), error = %e, "warning Event not written; written by a later cycle");
+            out = Err(e);
+        }
+    }
+    // (The policy's NotificationsDelivered condition is about Slack and email: an
+    // Event not written is logged and counted here, and written by a later cycle.)
+    let label = if out.is_ok() { "sent" } else { "failed" };
+    ctx.metrics
+        .notifications
+        .get_or_create(&NotifyLabels {
+            channel: deliver::EVENT.to_string(),
+            result: label,
+        })
+        .inc();
+    out
 }
 
 /// The Slack/email message for a decision: owner resolved, fields filled, rendered.
@@ -278,12 +353,13 @@ pub(super) async fn send_personal(
     }
 }
 
-async fn save_delivery(ctx: &Context, root: &ObjectInfo, delivery: &Delivery, owner: &str) {
+async fn save_delivery(ctx: &Context, root: &ObjectInfo, delivery: &Delivery, owner: Option<&str>) {
     // The owner is kept next to the state: Slack's "Not mine" quotes it.
-    let patch = json!({"metadata": {"annotations": {
-        keys::NOTIFIED: delivery.to_annotation(),
-        keys::NOTIFIED_OWNER: owner,
-    }}});
+    let mut annotations = json!({keys::NOTIFIED: delivery.to_annotation()});
+    if let Some(owner) = owner {
+        annotations[keys::NOTIFIED_OWNER] = json!(owner);
+    }
+    let patch = json!({"metadata": {"annotations": annotations}});
     if let Err(e) =
         actions::merge_patch(&ctx.client, root, &patch, "recording delivery".into()).await
     {

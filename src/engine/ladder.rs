@@ -159,7 +159,7 @@ pub fn decide(
     let warned_at = ladder.warned_at.filter(|w| *w >= idle_since);
     let idle_for = now.duration_since(idle_since);
     // Invariant 4: the owner always gets `action.after - warn.after` of notice.
-    let notice = (rules.action_after - rules.warn_after).max(jiff::SignedDuration::ZERO);
+    let notice = rules.notice();
     let Some(warned_at) = warned_at else {
         return if now >= warn_due {
             // Past maxIdle less the notice, warn whatever the estimate: the action is then

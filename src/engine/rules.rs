@@ -47,6 +47,12 @@ pub fn dur(d: &kube::core::Duration) -> SignedDuration {
 }
 
 impl Rules {
+    /// The notice an owner gets between a warning and its action (invariant 4):
+    /// `action.after − warn.after`, never negative.
+    pub fn notice(&self) -> jiff::SignedDuration {
+        (self.action_after - self.warn_after).max(jiff::SignedDuration::ZERO)
+    }
+
     pub fn from_spec(spec: &GpuPolicySpec) -> Self {
         Self {
             enforce: spec.mode == PolicyMode::Enforce,

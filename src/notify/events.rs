@@ -155,6 +155,15 @@ pub fn next_series(existing: &Event, now: Timestamp) -> EventSeries {
     }
 }
 
+/// What writing a sentence that exists already does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Repeat {
+    /// One more occurrence in its series.
+    Count,
+    /// Nothing: it was this write's own earlier attempt.
+    Absent,
+}
+
 impl EventWriter {
     pub fn new(client: kube::Client, instance: &str) -> Self {
         Self {
@@ -172,6 +181,32 @@ impl EventWriter {
         severity: Severity,
         message: &str,
     ) -> Result<(), kube::Error> {
+        self.write(regarding, reason, severity, message, Repeat::Count)
+            .await
+    }
+
+    /// Publishes a sentence that may already have been published once (a retry of a
+    /// write whose result was never recorded): the Event is created if absent, and an
+    /// existing one is left as it is — not one more occurrence.
+    pub async fn publish_once(
+        &self,
+        regarding: ObjectReference,
+        reason: &str,
+        severity: Severity,
+        message: &str,
+    ) -> Result<(), kube::Error> {
+        self.write(regarding, reason, severity, message, Repeat::Absent)
+            .await
+    }
+
+    async fn write(
+        &self,
+        regarding: ObjectReference,
+        reason: &str,
+        severity: Severity,
+        message: &str,
+        repeat: Repeat,
+    ) -> Result<(), kube::Error> {
         let now = Timestamp::now();
         let event = event_for(regarding, reason, severity, message, &self.instance, now);
         let name = event.metadata.name.clone().unwrap_or_default();
@@ -181,6 +216,9 @@ impl EventWriter {
             Ok(_) => Ok(()),
             // The same sentence again (a retry, a restart, the other replica): one more
             // occurrence of that Event, not a new one.
+            Err(kube::Error::Api(status)) if status.code == 409 && repeat == Repeat::Absent => {
+                Ok(())
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let existing = events.get(&name).await?;
                 let patch = serde_json::json!({"series": next_series(&existing, now)});
@@ -203,6 +241,17 @@ impl Notifier for EventNotifier {
         async move {
             self.writer
                 .publish(reference_to(&n.workload), n.reason, n.severity, &n.message)
+                .await
+                .map(|()| format!("Event on {}", n.workload.key()))
+                .map_err(|e| Failure::Retry(e.to_string()))
+        }
+        .boxed()
+    }
+
+    fn resend<'a>(&'a self, n: &'a Notification) -> BoxFuture<'a, Result<String, Failure>> {
+        async move {
+            self.writer
+                .publish_once(reference_to(&n.workload), n.reason, n.severity, &n.message)
                 .await
                 .map(|()| format!("Event on {}", n.workload.key()))
                 .map_err(|e| Failure::Retry(e.to_string()))

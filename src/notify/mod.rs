@@ -116,4 +116,13 @@ pub trait Notifier: Send + Sync {
         &'a self,
         notification: &'a Notification,
     ) -> BoxFuture<'a, Result<String, Failure>>;
+    /// Sends again a notification whose first send may have happened (its result was
+    /// never recorded). A channel that can tell delivers it at most once more (the
+    /// Event: created if absent); the others send it again (at least once).
+    fn resend<'a>(
+        &'a self,
+        notification: &'a Notification,
+    ) -> BoxFuture<'a, Result<String, Failure>> {
+        self.notify(notification)
+    }
 }

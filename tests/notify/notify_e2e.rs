@@ -408,6 +408,155 @@ async fn require_delivery_holds_the_action_until_a_warning_reached_the_owner() {
     );
 }
 
+/// The warning's Events of `chat` (events.k8s.io: note and series), by the core list.
+fn warning_events(s: &Setup) -> Vec<Value> {
+    s.scenario
+        .cluster
+        .list("events", &s.scenario.ns, None)
+        .into_iter()
+        .filter(|e| {
+            e["involvedObject"]["name"] == "chat"
+                && e["reportingComponent"] == "gpu-reaper"
+                && e["reason"] == "IdleGpus"
+        })
+        .collect()
+}
+
+/// Sets the warning's record as a leader killed right after recording it leaves it (the
+/// Event and the email `sending`, the Event's note kept), from the record `record`.
+fn record_as_left_by_a_killed_leader(s: &Setup, record: &Value) {
+    let mut record = record.clone();
+    let note = record["event"]["note"].clone();
+    assert!(
+        note.is_string(),
+        "the record keeps the Event's note: {record}"
+    );
+    record["event"] = json!({"state": "sending", "note": note});
+    if !record["email"].is_null() {
+        record["email"] = json!({"state": "sending"});
+    }
+    let patch = json!({"metadata": {"annotations": {"gpureaper.io/notified": record.to_string()}}});
+    s.scenario.cluster.kubectl(
+        &[
+            "patch",
+            "deployment",
+            "chat",
+            "-n",
+            &s.scenario.ns,
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    );
+}
+
+/// Invariant 14 across a leader's death (the HA soak found it): a leader killed between
+/// recording a warning and writing its Event left the owner with no Event, and the next
+/// leader sent the email at the action. The record now holds the Event as a channel with
+/// its note: the next leader writes that very Event (once: a second retry finds it and
+/// leaves it as it is), and the action waits a whole notice after the first delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warning_event_lost_with_its_leader_is_written_by_the_next_and_the_action_waits_a_notice()
+{
+    let s = setup("notify-lost-event").await;
+    // The warning at +60 (SMTP down: the email fails; the Event is written).
+    once(&s, 60).await;
+    let record = delivery(&s);
+    assert_eq!(record["event"]["state"], "sent", "{record}");
+    let events = warning_events(&s);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let note = events[0]["message"].as_str().unwrap().to_string();
+    assert_eq!(
+        record["event"]["note"],
+        note.as_str(),
+        "the record keeps what the Event says"
+    );
+    // The leader "died" right after the record: no Event, nothing sent.
+    s.scenario.cluster.kubectl(
+        &[
+            "delete",
+            "events",
+            "-n",
+            &s.scenario.ns,
+            events[0]["metadata"]["name"].as_str().unwrap(),
+        ],
+        None,
+    );
+    record_as_left_by_a_killed_leader(&s, &record);
+    assert!(warning_events(&s).is_empty());
+
+    // The next leader, when the action is due (+95: the warning said +90): it writes the
+    // Event the warning stated and sends the email, and does not act in the same breath.
+    let _smtp = smtp_server(&s).await;
+    once(&s, 95).await;
+    let events = warning_events(&s);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0]["message"],
+        note.as_str(),
+        "the very note of the warning"
+    );
+    assert!(
+        events[0]["series"].is_null() && events[0]["count"].as_i64().unwrap_or(1) <= 1,
+        "{events:?}"
+    );
+    let received = mails(&s);
+    assert_eq!(
+        received.len(),
+        1,
+        "the email reached the owner once: {received:?}"
+    );
+    let after = delivery(&s);
+    assert_eq!(after["event"]["state"], "sent", "{after}");
+    assert_eq!(after["email"]["state"], "sent", "{after}");
+    assert_eq!(deployment(&s)["spec"]["replicas"], 1, "held: told only now");
+
+    // A retry whose record did not land writes the Event again: it is there, so it stays
+    // one Event, not a second occurrence.
+    let mut again = after.clone();
+    again["event"] = json!({"state": "sending", "note": note});
+    s.scenario.cluster.kubectl(
+        &[
+            "patch",
+            "deployment",
+            "chat",
+            "-n",
+            &s.scenario.ns,
+            "--type",
+            "merge",
+            "-p",
+            &json!({"metadata": {"annotations": {"gpureaper.io/notified": again.to_string()}}})
+                .to_string(),
+        ],
+        None,
+    );
+    once(&s, 100).await;
+    let events = warning_events(&s);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0]["series"].is_null() && events[0]["count"].as_i64().unwrap_or(1) <= 1,
+        "{events:?}"
+    );
+    assert_eq!(mails(&s).len(), 1, "the email is not sent again");
+
+    // A notice (30 minutes) after the first delivery at +95, and not before, it acts.
+    once(&s, 120).await;
+    assert_eq!(
+        deployment(&s)["spec"]["replicas"],
+        1,
+        "the notice runs to +125"
+    );
+    once(&s, 126).await;
+    assert_eq!(
+        deployment(&s)["spec"]["replicas"],
+        0,
+        "acted a notice after the warning reached the owner"
+    );
+    assert_eq!(warning_events(&s).len(), 1);
+}
+
 /// The whole loop as it runs in production, at 1× speed: `gpu-reaper replay` serves the
 /// DCGM series of the Deployment's pods (whatever their names), the real Prometheus 3
 /// scrapes it every 15 s, the controller reads it incrementally every 30 s, warns (an
