@@ -7,8 +7,10 @@
 //! on the first Event and the reader saw the first note — a warning's deadline from an
 //! earlier period, the first action's details. Here an Event is one sentence: its name
 //! is derived from the object's uid, the reason and the note ([`event_name`]), a new
-//! sentence is a new Event, and only the very same sentence again (a retry, a restart, the
-//! other replica) becomes a series update of the same Event, as the Events API intends.
+//! sentence is a new Event, and only the very same sentence again (a restart, the other
+//! replica) becomes a series update of the same Event, as the Events API intends. A
+//! retry of a write whose result was never recorded (a warning's Event, after its leader
+//! stopped) is [`EventWriter::publish_once`]: created if absent, else left as it is.
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
