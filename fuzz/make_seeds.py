@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets from real data (run from the repository
-root; ../shared/fixtures must exist): fuzz/corpus/{prometheus_answer,trace,policy,admit}/.
+root; ../shared/fixtures must exist): fuzz/corpus/{prometheus_answer,trace,policy,admit,object}/.
 The corpora are derived data of public files: not committed, written by scripts/test
 before the tests (tests/pure/fuzz_inputs.rs reads them).
 
@@ -189,3 +189,70 @@ for path in sorted(glob.glob(f"{FIXTURES}/admission/*.json")):
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": review}
     gpu_variant(review.get("request", {}).get("object"))
     write("admit", f"gpu-{name}", json.dumps(review, indent=1))
+
+
+# object: what the controller's watches hand over, one object as JSON — the real objects
+# (`request.object`, `request.oldObject`) of ../shared/fixtures/admission, the same with
+# gpu-reaper's records on them (`+records`: the warning's delivery record with its Event
+# channel, a restore record, the ladder's timestamps, as this version writes them), the
+# JSON policy, a policy written under a newer CRD (`action.type: Hibernate`), and an
+# attestation.
+RECORDS = {
+    "gpureaper.io/warned-at": "2026-12-04T16:54:41Z",
+    "gpureaper.io/notified": json.dumps(
+        {
+            "for": "2026-12-04T16:54:41Z",
+            "email": {"state": "failed", "attempts": 2, "next": "2026-12-04T16:57:41Z", "detail": "450 busy"},
+            "event": {"state": "sent", "attempts": 1, "detail": "Event on ml/Deployment/chat",
+                      "at": "2026-12-04T16:54:41Z", "note": "Idle GPUs: … scaled to zero at 16:55:41"},
+        }
+    ),
+    "gpureaper.io/restore": json.dumps({"replicas": 1, "state": "done"}),
+    "gpureaper.io/reaped-at": "2026-12-04T16:55:41Z",
+    "gpureaper.io/snooze-until": "2026-12-04T20:55:41Z",
+}
+for path in sorted(glob.glob(f"{FIXTURES}/admission/*.json")):
+    name = os.path.basename(path)[:-5]
+    try:
+        review = json.load(open(path))
+    except ValueError:
+        continue
+    request = review.get("request", review)
+    for part in ("object", "oldObject"):
+        obj = request.get(part) if isinstance(request, dict) else None
+        if not isinstance(obj, dict) or "apiVersion" not in obj:
+            continue
+        write("object", f"{name}.{part}.json", json.dumps(obj, indent=1))
+        marked = json.loads(json.dumps(obj))
+        meta = marked.setdefault("metadata", {})
+        if isinstance(meta, dict):
+            annotations = meta.get("annotations")
+            meta["annotations"] = dict(annotations or {}, **RECORDS) if isinstance(annotations, dict) else dict(RECORDS)
+            write("object", f"{name}.{part}+records.json", json.dumps(marked, indent=1))
+policy = {
+    "apiVersion": "gpureaper.io/v1alpha1",
+    "kind": "GpuPolicy",
+    "metadata": {"name": "j", "uid": "0b1c", "generation": 3},
+    "spec": {"mode": "Enforce", "priority": 10,
+             "match": {"namespaceSelector": {"matchLabels": {"team": "a"}}},
+             "idle": {"window": "30m"}, "warn": {"after": "30m", "channels": ["Event", "Email"]},
+             "action": {"type": "ScaleToZero", "after": "1h"}},
+}
+write("object", "policy.json", json.dumps(policy))
+newer = json.loads(json.dumps(policy))
+newer["spec"]["action"]["type"] = "Hibernate"
+write("object", "policy-newer-enum.json", json.dumps(newer))
+write(
+    "object",
+    "attestation.json",
+    json.dumps(
+        {
+            "apiVersion": "gpureaper.io/v1alpha1",
+            "kind": "ReadinessAttestation",
+            "metadata": {"name": "train", "namespace": "team-a", "uid": "a1"},
+            "spec": {"selector": {"matchLabels": {"app": "train"}}, "maxGpus": 16,
+                     "expiresAt": "2026-12-31T00:00:00Z", "owner": {"email": "ana@example.com"},
+                     "evidence": {"datasetUri": "s3://bucket/train", "checkpointing": True}},
+        }
+    ),
+)

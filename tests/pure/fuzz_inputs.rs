@@ -1,5 +1,5 @@
-//! The stable-toolchain twins of the cargo-fuzz targets `prometheus_answer`, `trace` and
-//! `policy` (fuzz/fuzz_targets): structured mutations of the committed seed corpora
+//! The stable-toolchain twins of the cargo-fuzz targets `prometheus_answer`, `trace`,
+//! `policy` and `object` (fuzz/fuzz_targets): structured mutations of the committed seed corpora
 //! (fuzz/corpus/<target>, real data) and arbitrary bytes. The property is invariant 10:
 //! bad input gets an error that says what and where, never a panic.
 //!
@@ -38,7 +38,7 @@ fn seeds(target: &str) -> &'static [Vec<u8>] {
     static CORPORA: OnceLock<std::collections::BTreeMap<&'static str, Vec<Vec<u8>>>> =
         OnceLock::new();
     let corpora = CORPORA.get_or_init(|| {
-        ["prometheus_answer", "trace", "policy"]
+        ["prometheus_answer", "trace", "policy", "object"]
             .into_iter()
             .map(|t| {
                 let dir = format!("{}/fuzz/corpus/{t}", env!("CARGO_MANIFEST_DIR"));
@@ -506,5 +506,116 @@ fn a_duration_past_any_clock_is_an_error_naming_the_field_not_a_panic() {
         )
         .unwrap_err();
         assert_eq!(e.problems[0].field, "spec.idle.window", "{e}");
+    }
+}
+
+// --- The controller's object readers -------------------------------------------------------
+
+/// What the `object` fuzz target checks: one watched object (JSON) through every reader
+/// the controller runs on it. Returns the policy's problem when it was set aside.
+fn check_object(data: &[u8]) -> Option<String> {
+    use gpu_reaper::api::ReadinessAttestation;
+    use gpu_reaper::api::policy::{ActionType, PolicyMode};
+    use gpu_reaper::cluster::actions::RestoreRecord;
+    use gpu_reaper::cluster::inventory::{ClaimGpus, ObjectInfo, pod_info_from_parts};
+    use gpu_reaper::controller::deliver::Delivery;
+    use gpu_reaper::controller::policies;
+    use gpu_reaper::engine::model::LadderState;
+    use gpu_reaper::gpus::GpuResources;
+
+    let object = serde_json::from_slice::<kube::api::DynamicObject>(data).ok()?;
+    let problem = match policies::read(&object) {
+        Ok(_) => None,
+        Err(u) => {
+            assert!(!u.problem.is_empty());
+            // A policy set aside takes part in choosing only: it never acts.
+            if let Some(s) = &u.stand_in {
+                assert_eq!(s.spec.mode, PolicyMode::Audit);
+                assert_eq!(s.spec.action.type_, ActionType::None);
+            }
+            Some(u.problem)
+        }
+    };
+    if let Err(e) = gpu_reaper::api::read_dynamic::<ReadinessAttestation>(&object) {
+        assert!(!e.is_empty());
+    }
+    let value = serde_json::to_value(&object).unwrap();
+    let info = ObjectInfo::from_value(&value)?;
+    let now = jiff::Timestamp::UNIX_EPOCH;
+    if let Some(d) = Delivery::parse(&info.annotations) {
+        let _ = (
+            d.due(now),
+            d.notice(jiff::SignedDuration::from_mins(30), now),
+        );
+        // What it writes back reads as the same record.
+        let again = std::collections::BTreeMap::from([(
+            gpu_reaper::api::keys::NOTIFIED.to_string(),
+            d.to_annotation(),
+        )]);
+        assert_eq!(Delivery::parse(&again), Some(d));
+    }
+    let _ = RestoreRecord::parse(&info.annotations);
+    let _ = LadderState::from_annotations(&info.annotations);
+    let _ = pod_info_from_parts(
+        info,
+        &value["spec"],
+        &value["status"],
+        &GpuResources::default(),
+        &(),
+        &ClaimGpus::new(),
+        now,
+    );
+    problem
+}
+
+proptest! {
+    #![proptest_config(config(1))]
+
+    #[test]
+    fn a_watched_object_is_read_or_set_aside_naming_its_field_never_a_panic(
+        data in input("object")
+    ) {
+        check_object(&data);
+    }
+}
+
+#[test]
+fn the_object_seeds_are_read_as_the_controller_reads_them() {
+    let seed = |name: &str| -> Vec<u8> {
+        std::fs::read(format!(
+            "{}/fuzz/corpus/object/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap_or_else(|e| {
+            panic!("fuzz/corpus/object/{name}: {e} (python3 fuzz/make_seeds.py ../shared/fixtures)")
+        })
+    };
+    assert_eq!(check_object(&seed("policy.json")), None, "a usable policy");
+    let problem = check_object(&seed("policy-newer-enum.json")).expect("set aside");
+    assert!(
+        problem.contains("spec.action.type") && problem.contains("Hibernate"),
+        "{problem}"
+    );
+    let attestation: kube::api::DynamicObject =
+        serde_json::from_slice(&seed("attestation.json")).unwrap();
+    gpu_reaper::api::read_dynamic::<gpu_reaper::api::ReadinessAttestation>(&attestation).unwrap();
+    // The real objects with gpu-reaper's records: the delivery record parses.
+    let marked: Vec<kube::api::DynamicObject> = seeds("object")
+        .iter()
+        .filter(|s| String::from_utf8_lossy(s).contains("gpureaper.io/notified"))
+        .filter_map(|s| serde_json::from_slice(s).ok())
+        .collect();
+    assert!(marked.len() >= 5, "{} seeds with records", marked.len());
+    for object in marked {
+        let info = gpu_reaper::cluster::inventory::ObjectInfo::from_value(
+            &serde_json::to_value(&object).unwrap(),
+        )
+        .expect("metadata");
+        let d =
+            gpu_reaper::controller::deliver::Delivery::parse(&info.annotations).expect("record");
+        assert_eq!(
+            d.channels["event"].note.as_deref(),
+            Some("Idle GPUs: … scaled to zero at 16:55:41")
+        );
     }
 }
