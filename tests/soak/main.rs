@@ -763,6 +763,35 @@ impl Record {
             woken: 0,
             unreadable: Vec::new(),
         };
+        // The mail first, then the Events: the controllers are still running, and a
+        // warning's Event is written before its email, so every email read here has its
+        // Event in the list read after it (read the other way round, warnings given
+        // between the two reads looked like lost Events).
+        let mut files: Vec<PathBuf> = std::fs::read_dir(soak.dir.path().join("mail"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f)
+                .unwrap()
+                .replace("\r\n ", " ")
+                .replace("\n ", " ");
+            let to = text
+                .lines()
+                .find_map(|l| l.strip_prefix("X-Test-Envelope-To: "))
+                .unwrap_or("")
+                .to_string();
+            // A warning's subject names its deadline ("Idle GPUs: … will be reclaimed at
+            // <time>"), the same field as the Event's "from <time>"; action notices none.
+            let deadline = text.lines().find_map(|l| {
+                let subject = l.strip_prefix("Subject: Idle GPUs:")?;
+                Some(subject.split(" reclaimed at ").nth(1)?.trim().to_string())
+            });
+            if let Some(d) = deadline {
+                r.mails.push((to, d));
+            }
+        }
         for e in events(None) {
             let reason = e["reason"].as_str().unwrap_or("");
             let note = e["note"].as_str().unwrap_or("").to_string();
@@ -799,31 +828,6 @@ impl Record {
                     .unwrap_or(1)
                     .max(e["series"]["count"].as_u64().unwrap_or(1));
                 *r.scale_downs.entry(regarding).or_default() += count;
-            }
-        }
-        let mut files: Vec<PathBuf> = std::fs::read_dir(soak.dir.path().join("mail"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        for f in files {
-            let text = std::fs::read_to_string(&f)
-                .unwrap()
-                .replace("\r\n ", " ")
-                .replace("\n ", " ");
-            let to = text
-                .lines()
-                .find_map(|l| l.strip_prefix("X-Test-Envelope-To: "))
-                .unwrap_or("")
-                .to_string();
-            // A warning's subject names its deadline ("Idle GPUs: … will be reclaimed at
-            // <time>"), the same field as the Event's "from <time>"; action notices none.
-            let deadline = text.lines().find_map(|l| {
-                let subject = l.strip_prefix("Subject: Idle GPUs:")?;
-                Some(subject.split(" reclaimed at ").nth(1)?.trim().to_string())
-            });
-            if let Some(d) = deadline {
-                r.mails.push((to, d));
             }
         }
         r
