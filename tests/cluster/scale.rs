@@ -2,7 +2,7 @@
 //! 500 pods (100 holding a GPU, in Deployments, Jobs, StatefulSets and bare pods, the
 //! rest CPU-only) in kube-sim, the Prometheus stub, and the real binary running its loop.
 //! What it checks are counts, never times: queries per cycle do not depend on the cycle,
-//! the first cycle writes on exactly the workloads it warns, and the later cycles, with
+//! the first cycle writes twice on exactly the workloads it warns, and the later cycles, with
 //! nothing changed, write on no workload and send no Event.
 
 use std::path::Path;
@@ -56,10 +56,12 @@ async fn unchanged_workloads_get_no_writes_after_the_first_cycle() {
         );
     }
 
-    // Cycle 1 warns every idle workload: one write and one Event each, and nothing else.
+    // Cycle 1 warns every idle workload: two writes (the warning with its delivery
+    // record, then the Event's result in it) and one Event each, and nothing else.
     let first = &m.cycles[0].calls;
     assert_eq!(
-        first.workload_writes, m.idle_workloads,
+        first.workload_writes,
+        2 * m.idle_workloads,
         "{:#?}",
         first.workload_write_list
     );
