@@ -42,11 +42,17 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
 /// Reads a watched or listed object as the Rust type `K`, one object at a time (so one
 /// that does not fit is skipped, never failing a whole list); the error names the field
 /// that does not fit, e.g. `spec.maxGpus: invalid value: integer `4294967296`, expected
-/// u32`.
+/// u32`. A duration too long for any clock is named before the typed read (kube-core's
+/// parser panics on it: found by the `object` fuzz target in a watched GpuPolicy).
 pub fn read_dynamic<K: serde::de::DeserializeOwned>(
     object: &kube::api::DynamicObject,
 ) -> Result<K, String> {
     let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    let mut oversized = Vec::new();
+    validate::oversized_durations(&value, "", &mut oversized);
+    if let Some(p) = oversized.first() {
+        return Err(format!("{}: {}", p.field, p.message));
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path.is_empty() || path == "." {

@@ -164,7 +164,7 @@ fn unprintable(text: &str) -> Option<String> {
 /// Go durations too long for `std::time::Duration` (`9223372036854775807h`): kube-core's
 /// parser panics on them instead of failing, so they are found and named first. Only
 /// strings in full duration syntax are looked at.
-fn oversized_durations(raw: &Value, path: &str, out: &mut Vec<FieldProblem>) {
+pub(crate) fn oversized_durations(raw: &Value, path: &str, out: &mut Vec<FieldProblem>) {
     match raw {
         Value::Object(fields) => {
             for (key, value) in fields {

@@ -619,3 +619,28 @@ fn the_object_seeds_are_read_as_the_controller_reads_them() {
         );
     }
 }
+
+/// Found by the `object` fuzz target (2026-12-04): a watched GpuPolicy with
+/// `idle.window: 3111…110m` made kube-core's duration parser panic inside the controller's
+/// policy reader (`parse_resource` had the guard; the watch path did not): the whole
+/// controller would stop. Now the policy is set aside naming the field, and the others go on.
+#[test]
+fn a_watched_policy_with_a_duration_past_any_clock_is_set_aside_not_a_panic() {
+    let seed = std::fs::read_to_string(format!(
+        "{}/fuzz/corpus/object/policy.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("fuzz/corpus/object/policy.json (python3 fuzz/make_seeds.py ../shared/fixtures)");
+    assert!(seed.contains(r#""window": "30m""#), "{seed}");
+    for huge in [
+        format!("3{}0m", "1".repeat(110)),
+        "9223372036854775807h".to_string(),
+    ] {
+        let data = seed.replace(r#""window": "30m""#, &format!(r#""window": "{huge}""#));
+        let problem = check_object(data.as_bytes()).expect("set aside");
+        assert!(
+            problem.starts_with("spec.idle.window: duration") && problem.contains("too long"),
+            "{problem}"
+        );
+    }
+}
