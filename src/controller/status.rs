@@ -226,7 +226,10 @@ pub async fn apply(client: &kube::Client, name: &str, status: &GpuPolicyStatus) 
         "metadata": {"name": name},
         "status": status,
     });
-    let api: Api<GpuPolicy> = Api::all(client.clone());
+    // Untyped: the answer is the whole policy, which may be one this gpu-reaper cannot
+    // read (a policy set aside gets its Degraded condition here).
+    let resource = kube::api::ApiResource::erase::<GpuPolicy>(&());
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
     if let Err(e) = api
         .patch_status(
             name,

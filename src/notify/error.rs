@@ -134,6 +134,10 @@ pub enum NotifyError {
     PolicyGone { name: String },
     #[error("cannot read GpuPolicy {name}: {source}")]
     PolicyRead { name: String, source: kube::Error },
+    #[error(
+        "GpuPolicy {name} cannot be read by this gpu-reaper ({problem}); fix the policy or upgrade gpu-reaper"
+    )]
+    PolicyUnreadable { name: String, problem: String },
     #[error("GpuPolicy {policy} allows no snooze (exemptions.maxSnooze is 0)")]
     NoSnooze { policy: String },
     #[error("cannot compute the snooze time: {source}")]

@@ -460,11 +460,19 @@ struct Applied {
 }
 
 async fn policy(state: &InteractState, name: &str) -> Result<GpuPolicy> {
-    match Api::<GpuPolicy>::all(state.client.clone())
+    // Read untyped, then as the controller reads policies (`api::read_dynamic`): a policy
+    // this gpu-reaper cannot read is an error naming the field, never a panic.
+    let resource = kube::api::ApiResource::erase::<GpuPolicy>(&());
+    match Api::<kube::api::DynamicObject>::all_with(state.client.clone(), &resource)
         .get_opt(name)
         .await
     {
-        Ok(Some(p)) => Ok(p),
+        Ok(Some(p)) => {
+            crate::api::read_dynamic(&p).map_err(|problem| NotifyError::PolicyUnreadable {
+                name: name.into(),
+                problem,
+            })
+        }
         Ok(None) => Err(NotifyError::PolicyGone { name: name.into() }),
         Err(source) => Err(NotifyError::PolicyRead {
             name: name.into(),

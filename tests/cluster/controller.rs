@@ -14,7 +14,7 @@ use crate::common;
 use std::process::Stdio;
 
 use common::cluster::{cluster, wait_until};
-use common::scenario::{BIN, H100, Scenario, Workload, deployment, job};
+use common::scenario::{BIN, DeletePolicy, H100, Scenario, Workload, deployment, job};
 use gpu_reaper::controller::context::{Context, Memory};
 use gpu_reaper::controller::{audit_memory, cycle};
 use serde_json::{Value, json};
@@ -1125,41 +1125,6 @@ async fn explain_tells_what_the_controller_will_do_and_when_and_it_does_it_then(
     }
 }
 
-/// Puts the committed CRDs back when dropped (also when the test fails half-way).
-struct CommittedCrds(&'static common::cluster::Cluster);
-
-impl Drop for CommittedCrds {
-    fn drop(&mut self) {
-        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
-        let _ = self.0.try_kubectl(
-            &["apply", "--server-side", "--force-conflicts", "-f", crds],
-            None,
-        );
-        // Served again (kubectl waits out the API server's 429 while it re-initializes).
-        wait_until("GpuPolicies to be served again", || {
-            self.0.try_kubectl(&["get", "gpupolicies"], None).ok
-        });
-    }
-}
-
-/// Deletes a GpuPolicy when dropped.
-struct DeletePolicy(&'static common::cluster::Cluster, String);
-
-impl Drop for DeletePolicy {
-    fn drop(&mut self) {
-        let _ = self.0.try_kubectl(
-            &[
-                "delete",
-                "gpupolicy",
-                &self.1,
-                "--ignore-not-found",
-                "--wait=false",
-            ],
-            None,
-        );
-    }
-}
-
 /// GET `path` on 127.0.0.1:`port`; the body.
 fn http_body(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
@@ -1189,21 +1154,13 @@ async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_poli
     cluster.install_crds();
     let newer = format!("newer-{}", common::cluster::unique());
     let _delete = DeletePolicy(cluster, newer.clone());
-    common::cluster::with_crd_change(|| {
-        let _committed = CommittedCrds(cluster);
-        let manifest = format!(
+    common::scenario::apply_under_crd(
+        cluster,
+        &common::scenario::newer_policy_crd(),
+        &format!(
             "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {newer}}}\nspec:\n  action: {{type: Hibernate, after: 60m}}\n"
-        );
-        wait_until("the newer CRD to admit action.type Hibernate", || {
-            cluster.kubectl(
-                &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-                Some(&common::scenario::newer_policy_crd()),
-            );
-            cluster
-                .try_kubectl(&["apply", "-f", "-"], Some(&manifest))
-                .ok
-        });
-    });
+        ),
+    );
     let s = setup("newer", "Enforce");
     let ns = s.ns.clone();
     // Aimed at this scenario under the committed CRD: the API server lets an update keep
@@ -1300,6 +1257,62 @@ async fn a_policy_from_a_newer_crd_is_set_aside_with_an_event_and_the_other_poli
             .contains(&format!("{ns}/Job/train (by {newer})")),
         "{status}"
     );
+}
+
+/// Found by the `object` fuzz target (2026-12-04): a GpuPolicy stored under an older CRD
+/// without the CEL rules on durations (kept as it is through the upgrade), with
+/// `idle.window` too long for any clock, made kube-core's parser panic in the controller's
+/// policy reader — every cycle, so the controller crash-looped and no policy was
+/// enforced. Now that policy is set aside with an Event and Degraded naming
+/// `spec.idle.window`, and the policy beside it warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_with_a_duration_past_any_clock_is_set_aside_and_the_others_go_on() {
+    let cluster = cluster();
+    cluster.install_crds();
+    let bad = format!("clock-{}", common::cluster::unique());
+    let _delete = DeletePolicy(cluster, bad.clone());
+    common::scenario::apply_under_crd(
+        cluster,
+        &common::scenario::older_policy_crd(),
+        &format!(
+            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {bad}, labels: {{gpureaper.io/test: {bad}}}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{gpureaper.io/none: x}}}}}}\n  idle: {{window: 3{}0m}}\n",
+            "1".repeat(110)
+        ),
+    );
+    let s = setup("clock", "Enforce");
+    // One cycle of the controller, selecting this scenario's policy and the bad one (an
+    // update of the bad one, e.g. a label, is refused by the committed CRD's rules).
+    let mut args = s.controller_args("a", "15s");
+    let selector = args.iter().position(|a| a == "--policy-selector").unwrap() + 1;
+    args[selector] = format!("gpureaper.io/test in ({},{bad})", s.ns);
+    let out = tokio::process::Command::new(BIN)
+        .args(["controller", "--once", "--now", &s.at(95)])
+        .args(&args)
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
+        .env("RUST_LOG", "info")
+        .output()
+        .await
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "the controller stopped: {log}");
+    assert_eq!(
+        s.deployment("chat")["metadata"]["annotations"]["gpureaper.io/warned-at"],
+        s.at(95),
+        "{log}"
+    );
+    assert!(log.contains("GpuPolicy not evaluated"), "{log}");
+    let says = "spec.idle.window: duration";
+    let events: Vec<String> = s
+        .cluster
+        .list("events", "default", None)
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == bad.as_str() && e["reason"] == "Unreadable")
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .collect();
+    assert!(events.iter().any(|m| m.contains(says)), "{events:?}");
+    // (Its Degraded condition cannot be written: the API server refuses any write to this
+    // object, status included, as its rules fail on the stored spec; the Event and the
+    // log say it.)
 }
 
 // The stages in-process: the same scenarios, run through `Context::test` and

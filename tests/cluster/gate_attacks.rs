@@ -823,6 +823,50 @@ fn live_gpu_resources_add_up_to_one_total_and_with_the_gate_down_no_gpu_pod_star
     assert_eq!(g.pods("app=nvidia"), 0);
 }
 
+/// Found by the `object` fuzz target (2026-12-04): a GpuPolicy stored under an older CRD
+/// without the CEL rules on durations, with `idle.window` too long for any clock — any
+/// policy, even one governing nothing — made kube-core's parser panic in the gate's policy
+/// reader, so the gate stopped seeing every change after it: the namespace's total was
+/// no longer kept. Now the policy is skipped (counted, logged) and the gate goes on
+/// refusing.
+#[test]
+fn live_a_policy_with_a_duration_past_any_clock_is_skipped_and_the_gate_goes_on() {
+    let bad = format!("clock-{}", common::cluster::unique());
+    let _delete = common::scenario::DeletePolicy(common::cluster::cluster(), bad.clone());
+    common::cluster::cluster().install_crds();
+    common::scenario::apply_under_crd(
+        common::cluster::cluster(),
+        &common::scenario::older_policy_crd(),
+        &format!(
+            "apiVersion: gpureaper.io/v1alpha1\nkind: GpuPolicy\nmetadata: {{name: {bad}}}\nspec:\n  match: {{namespaceSelector: {{matchLabels: {{gpureaper.io/none: x}}}}}}\n  idle: {{window: 3{}0m}}\n",
+            "1".repeat(110)
+        ),
+    );
+    let g = LiveGate::start("clock", "  admission: {largeClaimGpus: 8, mode: Enforce}\n");
+    let ns = g.ns.clone();
+    common::cluster::wait_until("the gate to skip the unreadable policy", || {
+        g.gate
+            .metric("gpu_reaper_admission_unreadable_objects_total{resource=\"gpupolicies\"}")
+            .is_some_and(|n| n >= 1.0)
+    });
+    // Still keeping the namespace's total: 8 GPUs in, the next 8 refused.
+    let first = live_deployment(&ns, "first", "nvidia.com/gpu", "8");
+    let applied = g.apply(&first);
+    assert!(applied.ok, "{}", applied.stderr);
+    common::cluster::wait_until("the first pod", || g.pods("app=first") == 1);
+    let second = live_deployment(&ns, "second", "nvidia.com/gpu", "8");
+    g.wait_refused("the gate counts the first pod", &second);
+    let applied = g.apply(&second);
+    assert!(!applied.ok, "admitted: {}", applied.stdout);
+    assert!(
+        applied
+            .stderr
+            .contains(&format!("namespace {ns} already holds 8 GPUs")),
+        "{}",
+        applied.stderr
+    );
+}
+
 /// What the namespace holds changes after admission: a KAI pod's `gpu-fraction` removed,
 /// a suspended Job resumed, a CronJob admitted when the namespace had room running when
 /// it has none. Each is refused with one sentence (at `kubectl apply`, or on the CronJob

@@ -93,11 +93,13 @@ thread_local! {
     static USING: OnceCell<Using> = const { OnceCell::new() };
 }
 
-/// Counts this thread as using the cluster, once no other thread is changing a CRD.
+/// Counts this thread as using the cluster, once no other thread is changing a CRD. A
+/// thread counted already goes on (a change waits for it to end; waiting here for the
+/// change would wait for ever).
 fn enter() {
     let me = std::thread::current().id();
     let mut users = users();
-    while users.changing.is_some_and(|thread| thread != me) {
+    while users.changing.is_some_and(|thread| thread != me) && !users.threads.contains(&me) {
         users = wait(users);
     }
     if !users.threads.contains(&me) {
@@ -113,24 +115,36 @@ fn enter() {
 /// thread of this process uses the cluster (so before the test's own tasks ask for it);
 /// tests asking for it meanwhile wait.
 pub fn with_crd_change<T>(change: impl FnOnce() -> T) -> T {
-    struct Done;
+    struct Done {
+        me: ThreadId,
+        was_using: bool,
+    }
     impl Drop for Done {
         fn drop(&mut self) {
-            users().changing = None;
+            let mut users = users();
+            users.changing = None;
+            if self.was_using && !users.threads.contains(&self.me) {
+                users.threads.push(self.me);
+            }
             USERS.1.notify_all();
         }
     }
     let me = std::thread::current().id();
     let mut users = users();
+    // While it waits for another change, this thread does not hold the cluster (two tests
+    // changing CRDs would otherwise wait for each other for ever); it holds it again after.
+    let was_using = users.threads.contains(&me);
+    users.threads.retain(|thread| *thread != me);
+    USERS.1.notify_all();
     while users.changing.is_some() {
         users = wait(users);
     }
     users.changing = Some(me);
+    let _done = Done { me, was_using };
     while users.threads.iter().any(|thread| *thread != me) {
         users = wait(users);
     }
     drop(users);
-    let _done = Done;
     change()
 }
 

@@ -248,3 +248,71 @@ pub fn newer_policy_crd() -> String {
         .push("Hibernate".into());
     crd.to_string()
 }
+
+/// The GpuPolicy CRD as an older gpu-reaper installed it, before the CEL rules on its
+/// durations: what it stored then is still there after an upgrade, whatever the new
+/// schema says.
+pub fn older_policy_crd() -> String {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(gpu_reaper::api::GpuPolicy::crd()).unwrap();
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec.as_object_mut()
+        .expect("the spec's schema")
+        .remove("x-kubernetes-validations")
+        .expect("the spec's CEL rules");
+    crd.to_string()
+}
+
+/// Applies `manifest` while the CRD `crd` (JSON) is installed, then puts the committed
+/// CRDs back (objects already stored are kept as they are). Runs while no other test of
+/// this process uses the cluster: the API server re-initializes the storage after each
+/// CRD change.
+pub fn apply_under_crd(cluster: &'static super::cluster::Cluster, crd: &str, manifest: &str) {
+    super::cluster::with_crd_change(|| {
+        let _committed = CommittedCrds(cluster);
+        super::cluster::wait_until("the other CRD to admit the object", || {
+            cluster.kubectl(
+                &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+                Some(crd),
+            );
+            cluster
+                .try_kubectl(&["apply", "-f", "-"], Some(manifest))
+                .ok
+        });
+    });
+}
+
+/// Puts the committed CRDs back when dropped (also when the test fails half-way).
+pub struct CommittedCrds(pub &'static super::cluster::Cluster);
+
+impl Drop for CommittedCrds {
+    fn drop(&mut self) {
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gpu-reaper.yaml");
+        let _ = self.0.try_kubectl(
+            &["apply", "--server-side", "--force-conflicts", "-f", crds],
+            None,
+        );
+        // Served again (kubectl waits out the API server's 429 while it re-initializes).
+        super::cluster::wait_until("GpuPolicies to be served again", || {
+            self.0.try_kubectl(&["get", "gpupolicies"], None).ok
+        });
+    }
+}
+
+/// Deletes a GpuPolicy when dropped.
+pub struct DeletePolicy(pub &'static super::cluster::Cluster, pub String);
+
+impl Drop for DeletePolicy {
+    fn drop(&mut self) {
+        let _ = self.0.try_kubectl(
+            &[
+                "delete",
+                "gpupolicy",
+                &self.1,
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+            None,
+        );
+    }
+}
