@@ -435,6 +435,11 @@ fn record_as_left_by_a_killed_leader(s: &Setup, record: &Value) {
     if !record["email"].is_null() {
         record["email"] = json!({"state": "sending"});
     }
+    set_record(s, &record);
+}
+
+/// Writes `record` as the Deployment's `gpureaper.io/notified`.
+fn set_record(s: &Setup, record: &Value) {
     let patch = json!({"metadata": {"annotations": {"gpureaper.io/notified": record.to_string()}}});
     s.scenario.cluster.kubectl(
         &[
@@ -517,21 +522,7 @@ async fn a_warning_event_lost_with_its_leader_is_written_by_the_next_and_the_act
     // one Event, not a second occurrence.
     let mut again = after.clone();
     again["event"] = json!({"state": "sending", "note": note});
-    s.scenario.cluster.kubectl(
-        &[
-            "patch",
-            "deployment",
-            "chat",
-            "-n",
-            &s.scenario.ns,
-            "--type",
-            "merge",
-            "-p",
-            &json!({"metadata": {"annotations": {"gpureaper.io/notified": again.to_string()}}})
-                .to_string(),
-        ],
-        None,
-    );
+    set_record(&s, &again);
     once(&s, 100).await;
     let events = warning_events(&s);
     assert_eq!(events.len(), 1, "{events:?}");
