@@ -57,6 +57,33 @@ struct Reaped {
     risk: Option<f64>,
 }
 
+impl Reaped {
+    /// What this reclaim came to, ended at `until`: GPU-hours and dollars for the time
+    /// it held, `share` GPUs (times the share reclaimed).
+    fn outcome(
+        self,
+        until: Timestamp,
+        share: f64,
+        resumed_at: Option<Timestamp>,
+        regret: bool,
+        prewarmed_at: Option<Timestamp>,
+    ) -> ActionOutcome {
+        let hours = until.duration_since(self.at).as_secs_f64() / 3600.0;
+        ActionOutcome {
+            at: self.at,
+            action: self.action,
+            resumed_at,
+            reclaimed_gpu_hours: hours * share * self.reclaimed_share,
+            reclaimed_usd: hours * self.hourly_usd * self.reclaimed_share,
+            regret,
+            reason: self.reason,
+            kept_replicas: self.kept,
+            estimated_risk: self.risk,
+            prewarmed_at,
+        }
+    }
+}
+
 /// A pre-warm waiting for its use.
 #[derive(Clone, Copy)]
 struct Woken {
@@ -228,33 +255,20 @@ pub fn run_observed(
             }
 
             if let Some(r) = &w.reaped {
-                let (at, action, hourly, class) = (r.at, r.action, r.hourly_usd, r.class);
-                let fraction = r.reclaimed_share;
+                let (at, hourly, class) = (r.at, r.hourly_usd, r.class);
                 if !present || !holding || any_busy {
                     // Back (the owner scaled it up: busy) or gone. Either way the
                     // controller sees it again, or never: the history learns the span's
                     // end from the next evaluation, or keeps it open.
                     let until = now;
-                    let hours = until.duration_since(at).as_secs_f64() / 3600.0;
                     let share: f64 = w.share_hint();
                     let regret = any_busy && until.duration_since(at) <= options.regret_horizon;
-                    let (reason, kept, risk) = w
-                        .reaped
-                        .take()
-                        .map(|r| (r.reason, r.kept, r.risk))
-                        .unwrap_or_default();
-                    w.outcome.actions.push(ActionOutcome {
-                        at,
-                        action,
-                        resumed_at: any_busy.then_some(until),
-                        reclaimed_gpu_hours: hours * share * fraction,
-                        reclaimed_usd: hours * hourly * fraction,
-                        regret,
-                        reason,
-                        kept_replicas: kept,
-                        estimated_risk: risk,
-                        prewarmed_at: None,
-                    });
+                    if let Some(r) = w.reaped.take() {
+                        let resumed_at = any_busy.then_some(until);
+                        w.outcome
+                            .actions
+                            .push(r.outcome(until, share, resumed_at, regret, None));
+                    }
                     w.ladder = LadderState {
                         snooze_until: w.ladder.snooze_until,
                         ..LadderState::default()
@@ -436,20 +450,11 @@ pub fn run_observed(
         for (wi, _) in due {
             let w = &mut live[wi];
             let Some(r) = w.reaped.take() else { continue };
-            let hours = now.duration_since(r.at).as_secs_f64() / 3600.0;
             let share = w.share_hint();
-            w.outcome.actions.push(ActionOutcome {
-                at: r.at,
-                action: r.action,
-                resumed_at: None,
-                reclaimed_gpu_hours: hours * share * r.reclaimed_share,
-                reclaimed_usd: hours * r.hourly_usd * r.reclaimed_share,
-                regret: false,
-                reason: r.reason,
-                kept_replicas: r.kept,
-                estimated_risk: r.risk,
-                prewarmed_at: Some(now),
-            });
+            let action_at = r.at;
+            w.outcome
+                .actions
+                .push(r.outcome(now, share, None, false, Some(now)));
             // As `gpureaper.io/woken-at` does: the ladder starts again, with a fresh
             // startup grace.
             w.meta.created_at = now;
@@ -457,10 +462,7 @@ pub fn run_observed(
                 snooze_until: w.ladder.snooze_until,
                 ..LadderState::default()
             };
-            w.woken = Some(Woken {
-                at: now,
-                action_at: r.at,
-            });
+            w.woken = Some(Woken { at: now, action_at });
             summary.prewarm.wakes += 1;
         }
     }
@@ -469,20 +471,10 @@ pub fn run_observed(
     let mut workloads = Vec::with_capacity(live.len());
     for mut w in live {
         if let Some(r) = w.reaped.take() {
-            let hours = end.duration_since(r.at).as_secs_f64() / 3600.0;
             let share = w.share_hint();
-            w.outcome.actions.push(ActionOutcome {
-                at: r.at,
-                action: r.action,
-                resumed_at: None,
-                reclaimed_gpu_hours: hours * share * r.reclaimed_share,
-                reclaimed_usd: hours * r.hourly_usd * r.reclaimed_share,
-                regret: false,
-                reason: r.reason,
-                kept_replicas: r.kept,
-                estimated_risk: r.risk,
-                prewarmed_at: None,
-            });
+            w.outcome
+                .actions
+                .push(r.outcome(end, share, None, false, None));
         }
         if let Some(woken) = w.woken.take() {
             summary.prewarm.unused += 1;
