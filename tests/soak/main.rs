@@ -556,6 +556,20 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
                     .all(|d| annotation(d, "gpureaper.io/wake").is_none())
         },
     );
+    // Every warning Event the controllers owe is written: a warning whose Event failed
+    // (an API server restart between its record and its Event) is written again after
+    // its backoff (a minute), and the record says so until then.
+    wait_for(
+        "every warning's Event written",
+        Duration::from_secs(300),
+        || {
+            soak.deployments().iter().all(|d| {
+                annotation(d, "gpureaper.io/notified")
+                    .and_then(|r| serde_json::from_str::<Value>(r).ok())
+                    .is_none_or(|r| r["event"].is_null() || r["event"]["state"] == "sent")
+            })
+        },
+    );
     let record = Record::read(&soak);
     let report = format!(
         "soak: {minutes} min of faults, {:.0} s in all; faults {:?}; SIGTERM handovers {:?} s (Lease {LEASE_SECONDS} s); \
