@@ -182,6 +182,7 @@ fn basis_name(basis: Basis) -> String {
             format!("rhythm ({}, {})", shape.as_str(), rhythm.words())
         }
         Basis::Peers(shape, _) => format!("peers ({})", shape.as_str()),
+        Basis::Calendar(days, _) => format!("calendar ({:?})", days.class).to_lowercase(),
     }
 }
 

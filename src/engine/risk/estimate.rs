@@ -88,6 +88,9 @@ impl Estimate {
     /// (product-limit 7 %), weighed as 20 cases: 10 % with the prior".
     pub fn sentence(&self) -> String {
         let t = human(self.idle_for);
+        if let Basis::Calendar(days, band) = self.basis {
+            return calendar_sentence(self, &t, days, band);
+        }
         let own = format!(
             "idle {t}; {} {t} ended within {} in {} of {} cases",
             describe(self.basis, false),
@@ -189,6 +192,36 @@ impl Cases {
     }
 }
 
+/// "idle 2h10m; at this time of day (30m before to 30m past the 2h horizon) it was busy
+/// on 0 of its last 5 days seen (quiet): of its policy's moments as quiet and idle 2–3h,
+/// 12 of 1136 saw activity within 2h (1 %): 2 % with the cautious prior …".
+fn calendar_sentence(e: &Estimate, t: &str, days: super::CalendarDays, band: u8) -> String {
+    let class = match days.class {
+        super::CalendarClass::Quiet => "quiet",
+        super::CalendarClass::Low => "rarely busy",
+        super::CalendarClass::Busy => "often busy",
+    };
+    let idle = if usize::from(band) + 1 >= super::calendar::BANDS {
+        format!("idle {band}h or longer")
+    } else {
+        format!("idle {band}–{}h", band + 1)
+    };
+    format!(
+        "idle {t}; at this time of day ({} before to {} past the {} horizon) it was busy on {} of its last {} days seen ({class}): of its policy's moments as {class} and {idle}, {} of {} saw activity within {} ({:.0} %): {:.0} % with the cautious prior ({:.0} % over {PRIOR_CASES} cases)",
+        human(SignedDuration::from_secs(super::calendar::MARGIN_SECS)),
+        human(SignedDuration::from_secs(super::calendar::MARGIN_SECS)),
+        human(e.horizon),
+        days.busy,
+        days.seen,
+        e.resumed,
+        e.longer,
+        human(e.horizon),
+        e.product_limit * 100.0,
+        e.risk() * 100.0,
+        PRIOR_RISK * 100.0
+    )
+}
+
 /// "this workload's idle spans longer than", "idle spans of MemoryHeld workloads with … that
 /// began in 18:00–00:00 UTC as this one did and lasted longer than"; `others`: the peers
 /// other than this workload.
@@ -209,6 +242,7 @@ fn describe(basis: Basis, others: bool) -> String {
             format!("{other}{} workloads' idle spans", shape.as_str()),
             hours,
         ),
+        Basis::Calendar(..) => ("moments of workloads with this calendar".to_string(), None),
     };
     // Conditioned on the hours: say so, and which.
     match hours {

@@ -36,8 +36,11 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::shape::IdleShape;
 
+pub(crate) mod calendar;
 mod estimate;
 
+use calendar::{Calendar, Moments};
+pub use calendar::{Class as CalendarClass, Days as CalendarDays};
 use estimate::Cases;
 pub use estimate::{Blend, Estimate, PEER_WEIGHT, PRIOR_CASES, PRIOR_RISK};
 
@@ -53,6 +56,9 @@ pub enum Basis {
     /// Idle spans of all workloads of the same shape under the policy; with hours, only
     /// those that began in the same quarter of the day as this one.
     Peers(IdleShape, Option<Hours>),
+    /// The policy's moments of workloads whose calendar had this class, idle as long (the
+    /// hour band, `calendar::band`): the workload's own past days at this time of day.
+    Calendar(CalendarDays, u8),
 }
 
 /// A quarter of the day (UTC) in which idle spans began: six hours from `first` o'clock
@@ -197,6 +203,9 @@ pub struct IdleHistory {
     by_rhythm: [u32; 4],
     /// Its long pauses kept, by the quarter of the day they began in.
     long_by_quarter: [u32; 4],
+    /// When it was busy, by ten minutes, over the past days; and the moments of its span
+    /// in progress still to settle.
+    calendar: Calendar,
 }
 
 impl IdleHistory {
@@ -334,6 +343,8 @@ pub struct Histories<K> {
     /// Spans by shape, shape and rhythm, and each of these by the quarter of the day they
     /// began in.
     pool: HashMap<PoolKey, Pool>,
+    /// The settled moments of every workload, by calendar class and idle band.
+    moments: Moments,
 }
 
 type PoolKey = (IdleShape, Option<(Rhythm, Daily)>, Option<Hours>);
@@ -346,6 +357,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
             buckets: minutes + 1,
             by_workload: HashMap::new(),
             pool: HashMap::new(),
+            moments: Moments::default(),
         }
     }
 
@@ -427,12 +439,24 @@ impl<K: Eq + Hash + Clone> Histories<K> {
     /// Activity at or above the threshold at `at`. Ends the idle span in progress, if
     /// any lasted longer than `resolution` (one evaluation step).
     pub fn busy(&mut self, key: &K, at: Timestamp, resolution: SignedDuration) {
+        let horizon = self.params.horizon.as_secs();
         let h = self.by_workload.entry(key.clone()).or_default();
         if h.last_busy.is_some_and(|b| b >= at) {
             return; // already known (the controller sees the same last-busy instant again)
         }
+        h.calendar.mark(at, true);
         let previous = h.last_busy.replace(at);
         h.last_idle = None;
+        if let Some(from) = previous {
+            let moments = &mut self.moments;
+            h.calendar
+                .settle(from, at, Some(at), horizon, |c, t, days, resumed| {
+                    if let Some(days) = days {
+                        moments.add(c, t, days, resumed);
+                    }
+                });
+        }
+        h.calendar.span_began();
         let shape = h.shape;
         if let Some(from) = previous {
             let length = at.duration_since(from);
@@ -455,9 +479,18 @@ impl<K: Eq + Hash + Clone> Histories<K> {
 
     /// Observed below the threshold at `at`.
     pub fn idle(&mut self, key: &K, at: Timestamp) {
+        let horizon = self.params.horizon.as_secs();
         let h = self.by_workload.entry(key.clone()).or_default();
-        if h.last_busy.is_some() {
+        h.calendar.mark(at, false);
+        if let Some(from) = h.last_busy {
             h.last_idle = Some(at);
+            let moments = &mut self.moments;
+            h.calendar
+                .settle(from, at, None, horizon, |c, t, days, resumed| {
+                    if let Some(days) = days {
+                        moments.add(c, t, days, resumed);
+                    }
+                });
         }
     }
 
@@ -467,6 +500,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let Some(h) = self.by_workload.get_mut(key) else {
             return;
         };
+        h.calendar.span_censored();
         let (Some(from), Some(to)) = (h.last_busy.take(), h.last_idle.take()) else {
             return;
         };
@@ -493,7 +527,10 @@ impl<K: Eq + Hash + Clone> Histories<K> {
     pub fn prune(&mut self, now: Timestamp, present: impl Fn(&K) -> bool) {
         let horizon = (now - self.params.lookback).as_second();
         let lookback_start = now - self.params.lookback;
+        let horizon_secs = self.params.horizon.as_secs();
         let mut dropped = Vec::new();
+        let moments = &mut self.moments;
+        moments.prune(lookback_start);
         self.by_workload.retain(|k, h| {
             while let Some(s) = h.spans.front().filter(|s| s.ended_at < horizon).copied() {
                 h.spans.pop_front();
@@ -508,8 +545,20 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                 Some(b) if b < lookback_start => {
                     h.last_busy = None;
                     h.last_idle = None;
+                    h.calendar.span_censored();
                 }
-                Some(_) => h.last_idle = Some(now),
+                Some(b) => {
+                    h.last_idle = Some(now);
+                    // Known not busy (it holds no GPU): its calendar says so too, or a
+                    // server reclaimed every night would never have a night seen.
+                    h.calendar.mark(now, false);
+                    h.calendar
+                        .settle(b, now, None, horizon_secs, |c, t, days, resumed| {
+                            if let Some(days) = days {
+                                moments.add(c, t, days, resumed);
+                            }
+                        });
+                }
                 None => {}
             }
             h.last_busy.is_some() || !h.spans.is_empty()
@@ -633,6 +682,45 @@ impl<K: Eq + Hash + Clone> Histories<K> {
             (None, Some((theirs, basis))) => Some(estimate(&theirs, basis, None)),
             (None, None) => None,
         }
+    }
+
+    /// The resumption risk of `key`, idle in `shape` for `idle_for` at `now`: from its
+    /// calendar when it has one (its past days at this time of day, [`calendar`]) and the
+    /// policy has `min_spans` moments of that class and idle band; else [`Self::estimate`].
+    pub fn estimate_at(
+        &self,
+        key: &K,
+        shape: IdleShape,
+        idle_for: SignedDuration,
+        now: Timestamp,
+    ) -> Option<Estimate> {
+        let horizon = self.params.horizon;
+        let days = self
+            .by_workload
+            .get(key)
+            .filter(|w| w.last_busy.is_some())
+            .and_then(|w| w.calendar.days_at(now, horizon.as_secs()));
+        if let Some(days) = days {
+            let t = idle_for.as_secs();
+            let (n, k) = self.moments.count(days.class, t);
+            if n >= self.params.min_spans.max(1) {
+                return Some(Estimate {
+                    idle_for,
+                    horizon,
+                    resumed: k,
+                    longer: n,
+                    product_limit: f64::from(k) / f64::from(n),
+                    basis: Basis::Calendar(days, calendar::band(t) as u8),
+                    blend: None,
+                });
+            }
+        }
+        self.estimate(key, shape, idle_for)
+    }
+
+    /// The policy's settled moments: (class, idle band in hours, moments, resumed).
+    pub fn moments(&self) -> Vec<(CalendarClass, usize, u32, u32)> {
+        self.moments.table()
     }
 
     /// The cases of the pool `pool_key` at `(t, t + h)` (minute buckets `tb`, `thb`): its

@@ -501,3 +501,74 @@ fn a_busy_step_right_after_another_is_no_span() {
     }
     assert_eq!(h.spans(), 0);
 }
+
+#[test]
+fn an_evening_of_a_workload_quiet_every_evening_borrows_the_quiet_moments_of_its_policy() {
+    let mut h = Histories::new(params(10));
+    for key in 1..=4 {
+        office_hours(&mut h, key);
+    }
+    // Day 6: busy until 19:00, idle since. At 21:00 its past six evenings were idle from
+    // 20:30 to 23:30: quiet. The moments as quiet and idle 2–3h are those of the nights
+    // from day 3 on (three days seen before them), six each (2h00 … 2h50), of the four
+    // workloads: none saw activity within 2h.
+    busy_through(&mut h, 4, clock(6, 7, 0), clock(6, 19, 0));
+    idle_between(&mut h, 4, clock(6, 19, 0), clock(6, 21, 1));
+    let e = h
+        .estimate_at(
+            &4,
+            IdleShape::MemoryHeld,
+            SignedDuration::from_hours(2),
+            clock(6, 21, 0),
+        )
+        .unwrap();
+    assert_eq!(
+        e.basis,
+        Basis::Calendar(
+            CalendarDays {
+                class: CalendarClass::Quiet,
+                busy: 0,
+                seen: 6
+            },
+            2
+        )
+    );
+    assert_eq!((e.resumed, e.longer), (0, 72));
+    assert_eq!(
+        e.sentence(),
+        "idle 2h; at this time of day (30m before to 30m past the 2h horizon) it was busy on 0 of its last 6 days seen (quiet): of its policy's moments as quiet and idle 2–3h, 0 of 72 saw activity within 2h (0 %): 5 % with the cautious prior (100 % over 4 cases)"
+    );
+    // At lunch, an hour into the pause: its past days had work from 14:00, within the
+    // window; every such moment saw activity within 2h.
+    let mut lunch = Histories::new(params(10));
+    for key in 1..=4 {
+        office_hours(&mut lunch, key);
+    }
+    busy_through(&mut lunch, 4, clock(6, 7, 0), clock(6, 12, 30));
+    idle_between(&mut lunch, 4, clock(6, 12, 30), clock(6, 13, 31));
+    let e = lunch
+        .estimate_at(
+            &4,
+            IdleShape::MemoryHeld,
+            SignedDuration::from_hours(1),
+            clock(6, 13, 30),
+        )
+        .unwrap();
+    assert!(matches!(
+        e.basis,
+        Basis::Calendar(
+            CalendarDays {
+                class: CalendarClass::Busy,
+                ..
+            },
+            1
+        )
+    ));
+    assert_eq!(e.resumed, e.longer);
+    assert!(e.risk() > 0.99, "{}", e.sentence());
+    // Without a calendar (two days seen), the spans decide as before.
+    let mut young = Histories::new(params(3));
+    office_hours(&mut young, 1);
+    let e = ask(&mut young, 2, clock(6, 19, 0), 60).unwrap();
+    assert!(matches!(e.basis, Basis::Peers(..)));
+}
