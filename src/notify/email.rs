@@ -445,14 +445,18 @@ fn workload_key(n: &Notification) -> String {
 }
 
 /// A Message-ID that is the same for the same notice: a retry after an unclear outcome
-/// (the connection broke after DATA) lets mail clients fold the copies into one.
+/// (the connection broke after DATA, or the leader died between sending and recording
+/// it) lets mail clients fold the copies into one. A notice is its workload, its reason,
+/// the idle span it is about and its deadline — not its text, which a retry renders
+/// again with a later "idle for".
 fn message_id(n: &Notification, p: &Personal, domain: &str) -> String {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let field = |name| p.fields.get(name).map_or("", String::as_str);
     for part in [
         workload_key(n).as_str(),
         n.reason,
-        p.rendered.subject.as_str(),
-        p.rendered.text.as_str(),
+        field("idle_since"),
+        field("action_at"),
     ] {
         ctx.update(part.as_bytes());
         ctx.update(&[0]);

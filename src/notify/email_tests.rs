@@ -247,6 +247,30 @@ fn the_message_id_is_stable_for_the_same_notice_and_differs_between_notices() {
     let a = message_id(&n(warning.clone(), "IdleGpus"), &warning, "example.com");
     let b = message_id(&n(warning.clone(), "IdleGpus"), &warning, "example.com");
     assert_eq!(a, b);
+    // The same warning sent again later (the leader died between sending and recording
+    // it): "idle for" and the text differ, the notice does not.
+    let mut later = fields();
+    later.insert("idle_for", "2h3m".to_string());
+    let again = personal(Kind::Warning, later);
+    assert_ne!(again.rendered.text, warning.rendered.text);
+    assert_eq!(
+        message_id(&n(again.clone(), "IdleGpus"), &again, "example.com"),
+        a
+    );
+    // Another idle span, or another deadline, is another notice.
+    for (field, value) in [
+        ("idle_since", "2026-11-30T19:00:00Z"),
+        ("action_at", "2026-12-01T09:00:00Z"),
+    ] {
+        let mut other = fields();
+        other.insert(field, value.to_string());
+        let other = personal(Kind::Warning, other);
+        assert_ne!(
+            message_id(&n(other.clone(), "IdleGpus"), &other, "example.com"),
+            a,
+            "{field}"
+        );
+    }
     assert!(
         a.starts_with("<gpu-reaper.idlegpus.") && a.ends_with("@example.com>"),
         "{a}"

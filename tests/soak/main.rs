@@ -13,8 +13,8 @@
 //! and a GpuPolicy written under a newer CRD (an `action.type` this binary does not know)
 //! sits beside the real one the whole time. Afterwards, on the cluster's own record:
 //! no scale-down without a warning Event before it (a leader killed before writing one
-//! leaves it to the next), no warning written twice (an Event's series
-//! or a second email for one deadline), every reclaimed Deployment holds its restore
+//! leaves it to the next), no warning written twice (an Event's series, or two different
+//! emails for one deadline: one resent after a kill carries the same Message-ID), every reclaimed Deployment holds its restore
 //! record, every wake request was carried out, no busy workload was touched, the GPU quota
 //! never moved from what the policy allows, and each SIGTERM handover took less than half
 //! the Lease's duration (the Lease is released). The run's figures are printed (and
@@ -634,26 +634,35 @@ fn soak_two_controllers_through_rollouts_restarts_and_outages_lose_and_double_no
         "warnings written more than once: {:?}",
         record.repeated
     );
-    let mut mailed = BTreeSet::new();
-    for (to, deadline) in &record.mails {
+    // One warning is one message. A leader SIGKILLed between sending an email and
+    // recording it leaves the record `sending`, and the next leader sends it again: the
+    // same Message-ID, which mail clients fold into one (at least once, never two
+    // different messages for one deadline).
+    let mut mailed: BTreeMap<(&String, &String), &String> = BTreeMap::new();
+    for (to, deadline, id) in &record.mails {
+        let first = *mailed.entry((to, deadline)).or_insert(id);
         assert!(
-            mailed.insert((to, deadline)),
-            "two emails to {to} for the deadline {deadline}"
+            !id.is_empty() && first == id,
+            "two different emails to {to} for the deadline {deadline}: {first} and {id}"
         );
     }
+    let resent = record.mails.len() - mailed.len();
     // Every email's warning has its Event, SIGKILLs or not: a leader killed between
     // recording a warning and writing its Event leaves the Event `sending` in the
     // record, and the next leader writes it (docs/reliability.md).
     let events_lost: Vec<String> = record
         .mails
         .iter()
-        .filter(|(to, deadline)| {
+        .filter(|(to, deadline, _)| {
             let n = to.trim_end_matches("@example.com");
             !record.warnings.get(n).is_some_and(|w| w.contains(deadline))
         })
-        .map(|(to, deadline)| format!("{to} {deadline}"))
+        .map(|(to, deadline, _)| format!("{to} {deadline}"))
         .collect();
-    println!("warning Events lost: {} {events_lost:?}", events_lost.len());
+    println!(
+        "warning Events lost: {} {events_lost:?}; emails sent again with their Message-ID after a kill: {resent}",
+        events_lost.len()
+    );
     assert!(
         events_lost.is_empty(),
         "emails whose warning Event is missing: {events_lost:?}\n{report}\n{}",
@@ -738,8 +747,8 @@ struct Record {
     repeated: Vec<String>,
     /// Deployment → how many times its ReplicaSets were scaled down to 0.
     scale_downs: BTreeMap<String, u64>,
-    /// (recipient, deadline named) per email.
-    mails: Vec<(String, String)>,
+    /// (recipient, deadline named, Message-ID) per email.
+    mails: Vec<(String, String, String)>,
     /// Woken Events.
     woken: usize,
     /// Notes of Unreadable Events.
@@ -802,8 +811,13 @@ impl Record {
                 let subject = l.strip_prefix("Subject: Idle GPUs:")?;
                 Some(subject.split(" reclaimed at ").nth(1)?.trim().to_string())
             });
+            let id = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Message-ID: "))
+                .unwrap_or("")
+                .to_string();
             if let Some(d) = deadline {
-                r.mails.push((to, d));
+                r.mails.push((to, d, id));
             }
         }
         for e in events(None) {
