@@ -128,6 +128,7 @@ fn backtest_throughput(c: &mut Criterion) {
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
         warmup: SignedDuration::ZERO,
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
     };
     let mut g = c.benchmark_group("backtest");
     g.sample_size(10);

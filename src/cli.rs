@@ -687,6 +687,11 @@ pub struct BacktestArgs {
     /// (with --sweep: for every variant). Go duration, e.g. 24h.
     #[arg(long, default_value = "0s", env = "GPU_REAPER_WARMUP", value_parser = duration)]
     pub warmup: SignedDuration,
+    /// With --warmup: how much of its end the start-up backfill reads, as the
+    /// controller's --history-backfill (e.g. 168h: an install that reads its week back).
+    #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", value_parser = go_duration,
+          default_value_t = GoDuration(crate::backtest::CONTROLLER_BACKFILL))]
+    pub history_backfill: GoDuration,
     /// Replay the policy over a range of fixed idle durations and resumption-risk levels,
     /// beside other tools' fixed rules, and report reclaimed GPU-hours against regret rate
     /// for each (with --svg: the frontier chart).

@@ -180,7 +180,7 @@ pub fn run_observed(
             .map(|(wi, w)| (wi, w.gpus.clone()))
             .collect();
         let until = ts(warm_until * step_secs);
-        let from = until - CONTROLLER_BACKFILL;
+        let from = until - options.history_backfill;
         backfill(&mut history, trace, &gpus_of, &rules, from, until);
     }
     // Workloads evaluated this step: (index into `live`, replicas holding GPUs, highest

@@ -20,6 +20,9 @@ pub struct BacktestOptions {
     /// classified, warned, acted on, counted or drawn in it. Zero: installed at the start,
     /// with no history (a cold start).
     pub warmup: SignedDuration,
+    /// How much of the warm-up's end the start-up backfill reads (the controller's
+    /// `--history-backfill`; [`CONTROLLER_BACKFILL`] by default).
+    pub history_backfill: SignedDuration,
 }
 
 /// What one action reclaimed.

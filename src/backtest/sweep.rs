@@ -386,6 +386,7 @@ pub fn sweep(
     spec: &SweepSpec,
     regret_horizon: SignedDuration,
     warmup: SignedDuration,
+    history_backfill: SignedDuration,
 ) -> Vec<Point> {
     let mut base = policy.clone();
     base.action.max_per_hour = u32::MAX;
@@ -449,6 +450,7 @@ pub fn sweep(
             regret_horizon,
             keep_timelines: k == last,
             warmup,
+            history_backfill,
         };
         run("sweep", p, trace, &options)
     });

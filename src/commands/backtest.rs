@@ -86,8 +86,14 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
             max_idle: args.max_idle.clone(),
             ..crate::backtest::sweep::SweepSpec::default()
         };
-        let points =
-            crate::backtest::sweep::sweep(&policy.spec, &trace, &spec, regret_horizon, warmup);
+        let points = crate::backtest::sweep::sweep(
+            &policy.spec,
+            &trace,
+            &spec,
+            regret_horizon,
+            warmup,
+            args.history_backfill.0,
+        );
         if let Some(path) = &args.svg {
             let title = format!("{name}: reclaimed GPU-hours against regret rate");
             std::fs::write(path, crate::report::svg::frontier(&title, &points)).map_err(
@@ -118,6 +124,7 @@ pub fn execute(args: &BacktestArgs) -> Result<String> {
             regret_horizon,
             keep_timelines: args.svg.is_some(),
             warmup,
+            history_backfill: args.history_backfill.0,
         },
     );
     if let Some(path) = &args.svg {

@@ -168,6 +168,7 @@ pub fn audit(spec: &crate::api::GpuPolicySpec, trace: &Trace, top: usize) -> Aud
             regret_horizon: jiff::SignedDuration::ZERO,
             keep_timelines: false,
             warmup: jiff::SignedDuration::ZERO,
+            history_backfill: crate::backtest::CONTROLLER_BACKFILL,
         },
     );
     summarise(&replay, top)

@@ -325,7 +325,7 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
     if cold {
         let _ = writeln!(
             out,
-            "\nnote: this is a controller installed at the trace's start, with no idle history before it: the risk levels wait (up to idle.maxIdle) until they have comparable spans. --warmup D replays one installed D later, whose --history-backfill reads back those D (at most {}).",
+            "\nnote: this is a controller installed at the trace's start, with no idle history before it: the risk levels wait (up to idle.maxIdle) until they have comparable spans. --warmup D replays one installed D later, whose start-up backfill reads back the last --history-backfill of those D ({} by default; the calendar of the risk estimate needs 3 days: 72h or more).",
             human(CONTROLLER_BACKFILL)
         );
     }

@@ -76,7 +76,7 @@ proptest! {
         let mix = Mix { inference: 12, notebooks: 2, hung_jobs: 2, hours: 12, seed, ..Mix::default() };
         let text = synth(&mix);
         let cut = mix.start + cut_hour * 3600;
-        let options = BacktestOptions { regret_horizon: SignedDuration::from_hours(2), keep_timelines: false, warmup: SignedDuration::ZERO };
+        let options = BacktestOptions { regret_horizon: SignedDuration::from_hours(2), keep_timelines: false, warmup: SignedDuration::ZERO, history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL };
         let policy = sample_policy();
         let full = backtest::run("p", &policy, &read(&text), &options);
         let short = backtest::run("p", &policy, &read(&truncate(&text, cut)), &options);
@@ -108,6 +108,7 @@ fn a_warm_up_teaches_the_history_and_neither_warns_acts_nor_counts() {
             regret_horizon: SignedDuration::from_hours(2),
             keep_timelines: false,
             warmup: SignedDuration::from_hours(warmup),
+            history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
         };
         backtest::run("p", &policy, &trace, &options)
     };
@@ -157,6 +158,7 @@ fn backtest_scales_request_driven_inference_to_its_minimum_and_counts_only_the_r
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
         warmup: SignedDuration::from_hours(24),
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
     };
     // The plain and the softer policy over 8 inference Deployments of `replicas` pods.
     let both = |replicas: u32| {
@@ -489,6 +491,9 @@ fn a_bad_synthetic_spec_or_risk_setting_is_refused_naming_it() {
     let (ok, _, err) = cli(&["backtest", "--synthetic", "inference=lots"]);
     assert!(!ok);
     assert!(err.contains("must be a whole number"), "{err}");
+    let (ok, _, err) = cli(&["backtest", "--warmup", "6h", "--history-backfill", "a week"]);
+    assert!(!ok);
+    assert!(err.contains("--history-backfill"), "{err}");
 
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string("config/samples/inference-risk.yaml")
@@ -680,6 +685,7 @@ fn the_controller_and_the_backtest_plan_the_same_steps_from_the_same_inputs() {
             regret_horizon: SignedDuration::from_hours(2),
             keep_timelines: false,
             warmup: SignedDuration::from_hours(4),
+            history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
         };
         backtest::run_observed("p", &spec, &trace, &options, |record| {
             let mut workloads = Vec::new();
@@ -819,6 +825,7 @@ fn on_production_traffic_a_cold_start_regrets_no_more_than_acting_after_four_hou
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
         warmup: SignedDuration::ZERO,
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
     };
     let gated = backtest::run("genai", &policy.spec, &trace, &options);
     let mut fixed = policy.spec.clone();
@@ -883,6 +890,7 @@ fn the_controller_and_the_backtest_pre_warm_the_same_workloads_for_the_same_reas
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
         warmup: SignedDuration::ZERO,
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
     };
     let b = backtest::run_observed("p", &spec, &trace, &options, |record| {
         let mut workloads = Vec::new();
@@ -1005,6 +1013,7 @@ fn on_23_days_of_production_traffic_pre_warm_turns_regrets_into_warm_starts_and_
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
         warmup: SignedDuration::ZERO,
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
     };
     let mut spec = policy.spec.clone();
     spec.action.max_per_hour = u32::MAX;
@@ -1074,6 +1083,7 @@ fn on_23_days_of_production_traffic_the_gate_keeps_its_5_percent_and_beats_actin
         regret_horizon: SignedDuration::from_hours(2),
         keep_timelines: false,
         warmup: SignedDuration::ZERO,
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
     };
     let mut gated = policy.spec.clone();
     gated.action.max_per_hour = u32::MAX;
@@ -1105,4 +1115,57 @@ fn on_23_days_of_production_traffic_the_gate_keeps_its_5_percent_and_beats_actin
         "most actions come from the calendar source: {by_calendar} of {}",
         g.actions
     );
+}
+
+/// `backtest --history-backfill` is the controller's flag: an install on day 12 of the
+/// 23-day file that reads its week back has a calendar (3 days seen) from its first
+/// evening; one that reads the default 24h has none for its first three days, so none of
+/// its actions there comes from the calendar source.
+#[test]
+fn an_install_that_backfills_its_week_has_a_calendar_from_the_first_day() {
+    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
+        &std::fs::read_to_string(production("alibaba-genai26-lora-dev.policy.yaml")).unwrap(),
+        "policy",
+    )
+    .unwrap();
+    let trace = gpu_reaper::commands::backtest::load_trace(
+        Some(&production(
+            "alibaba-genai26-lora-dev__30-models-23d__gract-ksm.om.gz",
+        )),
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    let mut spec = policy.spec.clone();
+    spec.action.max_per_hour = u32::MAX;
+    let warmup = SignedDuration::from_hours(264);
+    let run = |backfill: SignedDuration| {
+        backtest::run(
+            "installed on day 12",
+            &spec,
+            &trace,
+            &BacktestOptions {
+                regret_horizon: SignedDuration::from_hours(2),
+                keep_timelines: false,
+                warmup,
+                history_backfill: backfill,
+            },
+        )
+    };
+    let (week, day) = std::thread::scope(|scope| {
+        let week = scope.spawn(|| run(SignedDuration::from_hours(168)));
+        let day = run(gpu_reaper::backtest::CONTROLLER_BACKFILL);
+        (week.join().unwrap(), day)
+    });
+    let installed =
+        jiff::Timestamp::from_second(trace.first_bucket * trace.step_seconds).unwrap() + warmup;
+    let first_days = |b: &backtest::Backtest| {
+        b.workloads
+            .iter()
+            .flat_map(|w| &w.actions)
+            .filter(|a| a.at < installed + SignedDuration::from_hours(48))
+            .filter(|a| a.reason.contains("at this time of day"))
+            .count()
+    };
+    assert_eq!(first_days(&day), 0, "{:?}", day.summary);
+    assert!(first_days(&week) >= 10, "{:?}", week.summary);
 }
