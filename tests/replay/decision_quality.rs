@@ -787,6 +787,39 @@ fn the_controller_and_the_backtest_plan_the_same_steps_from_the_same_inputs() {
     }
 }
 
+/// A controller installed at the trace's start (no history), regrets within 2h.
+fn cold() -> BacktestOptions {
+    BacktestOptions {
+        regret_horizon: SignedDuration::from_hours(2),
+        keep_timelines: false,
+        warmup: SignedDuration::ZERO,
+        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
+    }
+}
+
+/// A production file and the policy beside it.
+fn production_case(policy: &str, trace: &str) -> (gpu_reaper::api::GpuPolicy, Trace) {
+    let policy = gpu_reaper::api::validate::parse_resource(
+        &std::fs::read_to_string(production(policy)).unwrap(),
+        "policy",
+    )
+    .unwrap();
+    let trace = gpu_reaper::commands::backtest::load_trace(
+        Some(&production(trace)),
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    (policy, trace)
+}
+
+/// The 23-day production file (30 model servers) and the policy beside it.
+fn twenty_three_days() -> (gpu_reaper::api::GpuPolicy, Trace) {
+    production_case(
+        "alibaba-genai26-lora-dev.policy.yaml",
+        "alibaba-genai26-lora-dev__30-models-23d__gract-ksm.om.gz",
+    )
+}
+
 /// The production trace (`../shared/fixtures/traces/`, read in place): 72 inference pods,
 /// 22.8 h at one-minute samples.
 fn production(file: &str) -> std::path::PathBuf {
@@ -809,24 +842,11 @@ fn production(file: &str) -> std::path::PathBuf {
 /// says why: an estimate within `maxResumeRisk`, or `maxIdle` reached.
 #[test]
 fn on_production_traffic_a_cold_start_regrets_no_more_than_acting_after_four_hours() {
-    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
-        &std::fs::read_to_string(production("alibaba-genai26-dev.policy.yaml")).unwrap(),
-        "policy",
-    )
-    .unwrap();
-    let trace = gpu_reaper::commands::backtest::load_trace(
-        Some(&production(
-            "alibaba-genai26-dev__72-inference-pods__dcgm-ksm.om.gz",
-        )),
-        &ReadOptions::default(),
-    )
-    .unwrap();
-    let options = BacktestOptions {
-        regret_horizon: SignedDuration::from_hours(2),
-        keep_timelines: false,
-        warmup: SignedDuration::ZERO,
-        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
-    };
+    let (policy, trace) = production_case(
+        "alibaba-genai26-dev.policy.yaml",
+        "alibaba-genai26-dev__72-inference-pods__dcgm-ksm.om.gz",
+    );
+    let options = cold();
     let gated = backtest::run("genai", &policy.spec, &trace, &options);
     let mut fixed = policy.spec.clone();
     fixed.idle.max_resume_risk = None;
@@ -886,12 +906,7 @@ fn the_controller_and_the_backtest_pre_warm_the_same_workloads_for_the_same_reas
     let rules = Rules::from_spec(&spec);
     let mut history: Option<Histories<gpu_reaper::cluster::inventory::ObjectKey>> = None;
     let (mut compared, mut woken) = (0usize, 0usize);
-    let options = BacktestOptions {
-        regret_horizon: SignedDuration::from_hours(2),
-        keep_timelines: false,
-        warmup: SignedDuration::ZERO,
-        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
-    };
+    let options = cold();
     let b = backtest::run_observed("p", &spec, &trace, &options, |record| {
         let mut workloads = Vec::new();
         let mut observations = Observations::new();
@@ -997,24 +1012,8 @@ fn the_controller_and_the_backtest_pre_warm_the_same_workloads_for_the_same_reas
 #[test]
 fn on_23_days_of_production_traffic_pre_warm_turns_regrets_into_warm_starts_and_counts_its_cost() {
     use gpu_reaper::api::policy::PreWarm;
-    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
-        &std::fs::read_to_string(production("alibaba-genai26-lora-dev.policy.yaml")).unwrap(),
-        "policy",
-    )
-    .unwrap();
-    let trace = gpu_reaper::commands::backtest::load_trace(
-        Some(&production(
-            "alibaba-genai26-lora-dev__30-models-23d__gract-ksm.om.gz",
-        )),
-        &ReadOptions::default(),
-    )
-    .unwrap();
-    let options = BacktestOptions {
-        regret_horizon: SignedDuration::from_hours(2),
-        keep_timelines: false,
-        warmup: SignedDuration::ZERO,
-        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
-    };
+    let (policy, trace) = twenty_three_days();
+    let options = cold();
     let mut spec = policy.spec.clone();
     spec.action.max_per_hour = u32::MAX;
     spec.action.pre_warm = None;
@@ -1067,24 +1066,8 @@ fn on_23_days_of_production_traffic_pre_warm_turns_regrets_into_warm_starts_and_
 /// 8,125 GPU-hours, "act after 8h" in disguise.
 #[test]
 fn on_23_days_of_production_traffic_the_gate_keeps_its_5_percent_and_beats_acting_after_6h() {
-    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
-        &std::fs::read_to_string(production("alibaba-genai26-lora-dev.policy.yaml")).unwrap(),
-        "policy",
-    )
-    .unwrap();
-    let trace = gpu_reaper::commands::backtest::load_trace(
-        Some(&production(
-            "alibaba-genai26-lora-dev__30-models-23d__gract-ksm.om.gz",
-        )),
-        &ReadOptions::default(),
-    )
-    .unwrap();
-    let options = BacktestOptions {
-        regret_horizon: SignedDuration::from_hours(2),
-        keep_timelines: false,
-        warmup: SignedDuration::ZERO,
-        history_backfill: gpu_reaper::backtest::CONTROLLER_BACKFILL,
-    };
+    let (policy, trace) = twenty_three_days();
+    let options = cold();
     let mut gated = policy.spec.clone();
     gated.action.max_per_hour = u32::MAX;
     assert_eq!(gated.idle.max_resume_risk, Some(0.05));
@@ -1123,18 +1106,7 @@ fn on_23_days_of_production_traffic_the_gate_keeps_its_5_percent_and_beats_actin
 /// its actions there comes from the calendar source.
 #[test]
 fn an_install_that_backfills_its_week_has_a_calendar_from_the_first_day() {
-    let policy: gpu_reaper::api::GpuPolicy = gpu_reaper::api::validate::parse_resource(
-        &std::fs::read_to_string(production("alibaba-genai26-lora-dev.policy.yaml")).unwrap(),
-        "policy",
-    )
-    .unwrap();
-    let trace = gpu_reaper::commands::backtest::load_trace(
-        Some(&production(
-            "alibaba-genai26-lora-dev__30-models-23d__gract-ksm.om.gz",
-        )),
-        &ReadOptions::default(),
-    )
-    .unwrap();
+    let (policy, trace) = twenty_three_days();
     let mut spec = policy.spec.clone();
     spec.action.max_per_hour = u32::MAX;
     let warmup = SignedDuration::from_hours(264);

@@ -274,26 +274,27 @@ impl Moments {
 
     /// (moments, resumed) of `class` in the band of `idle_secs`.
     pub fn count(&self, class: Class, idle_secs: i64) -> (u32, u32) {
-        let b = band(idle_secs);
+        self.in_band(class, band(idle_secs))
+    }
+
+    fn in_band(&self, class: Class, band: usize) -> (u32, u32) {
         self.days.iter().fold((0, 0), |(n, k), d| {
-            let (dn, dk) = d.counts[class.index()][b];
+            let (dn, dk) = d.counts[class.index()][band];
             (n + dn, k + dk)
         })
     }
 
     /// Every (class, band, moments, resumed) kept, for reports.
     pub fn table(&self) -> Vec<(Class, usize, u32, u32)> {
-        let mut out = Vec::new();
-        for class in Class::ALL {
-            for b in 0..BANDS {
-                let (n, k) = self.days.iter().fold((0, 0), |(n, k), d| {
-                    let (dn, dk) = d.counts[class.index()][b];
-                    (n + dn, k + dk)
-                });
-                out.push((class, b, n, k));
-            }
-        }
-        out
+        Class::ALL
+            .into_iter()
+            .flat_map(|class| {
+                (0..BANDS).map(move |b| {
+                    let (n, k) = self.in_band(class, b);
+                    (class, b, n, k)
+                })
+            })
+            .collect()
     }
 }
 

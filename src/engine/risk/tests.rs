@@ -502,26 +502,36 @@ fn a_busy_step_right_after_another_is_no_span() {
     assert_eq!(h.spans(), 0);
 }
 
-#[test]
-fn an_evening_of_a_workload_quiet_every_evening_borrows_the_quiet_moments_of_its_policy() {
+/// Four office-hours servers (keys 1–4), six days each.
+fn office_fleet() -> Histories<u32> {
     let mut h = Histories::new(params(10));
     for key in 1..=4 {
         office_hours(&mut h, key);
     }
+    h
+}
+
+/// Workload 4's estimate, idle `idle_for` minutes at `now`.
+fn ask_at(h: &Histories<u32>, idle_for: i64, now: Timestamp) -> Estimate {
+    h.estimate_at(
+        &4,
+        IdleShape::MemoryHeld,
+        SignedDuration::from_mins(idle_for),
+        now,
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_evening_of_a_workload_quiet_every_evening_borrows_the_quiet_moments_of_its_policy() {
+    let mut h = office_fleet();
     // Day 6: busy until 19:00, idle since. At 21:00 its past six evenings were idle from
     // 20:30 to 23:30: quiet. The moments as quiet and idle 2–3h are those of the nights
     // from day 3 on (three days seen before them), six each (2h00 … 2h50), of the four
     // workloads: none saw activity within 2h.
     busy_through(&mut h, 4, clock(6, 7, 0), clock(6, 19, 0));
     idle_between(&mut h, 4, clock(6, 19, 0), clock(6, 21, 1));
-    let e = h
-        .estimate_at(
-            &4,
-            IdleShape::MemoryHeld,
-            SignedDuration::from_hours(2),
-            clock(6, 21, 0),
-        )
-        .unwrap();
+    let e = ask_at(&h, 2 * 60, clock(6, 21, 0));
     assert_eq!(
         e.basis,
         Basis::Calendar(
@@ -540,20 +550,10 @@ fn an_evening_of_a_workload_quiet_every_evening_borrows_the_quiet_moments_of_its
     );
     // At lunch, an hour into the pause: its past days had work from 14:00, within the
     // window; every such moment saw activity within 2h.
-    let mut lunch = Histories::new(params(10));
-    for key in 1..=4 {
-        office_hours(&mut lunch, key);
-    }
+    let mut lunch = office_fleet();
     busy_through(&mut lunch, 4, clock(6, 7, 0), clock(6, 12, 30));
     idle_between(&mut lunch, 4, clock(6, 12, 30), clock(6, 13, 31));
-    let e = lunch
-        .estimate_at(
-            &4,
-            IdleShape::MemoryHeld,
-            SignedDuration::from_hours(1),
-            clock(6, 13, 30),
-        )
-        .unwrap();
+    let e = ask_at(&lunch, 60, clock(6, 13, 30));
     assert!(matches!(
         e.basis,
         Basis::Calendar(
