@@ -281,6 +281,30 @@ impl IdleHistory {
     }
 }
 
+/// Settles the moments of a workload's span that began at `began` whose outcome is known
+/// at `at` (see [`Calendar::settle`]) into the policy's `moments`; those without a
+/// calendar class then are not evidence for any class.
+fn settle(
+    calendar: &mut Calendar,
+    moments: &mut Moments,
+    began: Timestamp,
+    at: Timestamp,
+    resumed_at: Option<Timestamp>,
+    horizon_secs: i64,
+) {
+    calendar.settle(
+        began,
+        at,
+        resumed_at,
+        horizon_secs,
+        |c, t, days, resumed| {
+            if let Some(days) = days {
+                moments.add(c, t, days, resumed);
+            }
+        },
+    );
+}
+
 /// Prefix sums over minute buckets (a Fenwick tree): the pooled spans of one shape.
 #[derive(Debug, Clone)]
 struct Buckets {
@@ -448,13 +472,14 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         let previous = h.last_busy.replace(at);
         h.last_idle = None;
         if let Some(from) = previous {
-            let moments = &mut self.moments;
-            h.calendar
-                .settle(from, at, Some(at), horizon, |c, t, days, resumed| {
-                    if let Some(days) = days {
-                        moments.add(c, t, days, resumed);
-                    }
-                });
+            settle(
+                &mut h.calendar,
+                &mut self.moments,
+                from,
+                at,
+                Some(at),
+                horizon,
+            );
         }
         h.calendar.span_began();
         let shape = h.shape;
@@ -484,13 +509,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         h.calendar.mark(at, false);
         if let Some(from) = h.last_busy {
             h.last_idle = Some(at);
-            let moments = &mut self.moments;
-            h.calendar
-                .settle(from, at, None, horizon, |c, t, days, resumed| {
-                    if let Some(days) = days {
-                        moments.add(c, t, days, resumed);
-                    }
-                });
+            settle(&mut h.calendar, &mut self.moments, from, at, None, horizon);
         }
     }
 
@@ -552,12 +571,7 @@ impl<K: Eq + Hash + Clone> Histories<K> {
                     // Known not busy (it holds no GPU): its calendar says so too, or a
                     // server reclaimed every night would never have a night seen.
                     h.calendar.mark(now, false);
-                    h.calendar
-                        .settle(b, now, None, horizon_secs, |c, t, days, resumed| {
-                            if let Some(days) = days {
-                                moments.add(c, t, days, resumed);
-                            }
-                        });
+                    settle(&mut h.calendar, moments, b, now, None, horizon_secs);
                 }
                 None => {}
             }
