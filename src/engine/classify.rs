@@ -93,8 +93,15 @@ pub fn classify(
         );
     }
 
+    // The idle clock runs only as far as the telemetry reaches (an outage, or a scrape
+    // not read yet, is not idleness; invariant 1).
+    let seen_until = gpus
+        .iter()
+        .filter_map(|g| g.data_until)
+        .min()
+        .map_or(now, |t| t.min(now));
     // Invariant 3: one busy GPU anywhere makes the whole workload busy.
-    let busy_horizon = now - rules.window;
+    let busy_horizon = seen_until - rules.window;
     if let Some(g) = gpus
         .iter()
         .filter(|g| g.last_busy_at.is_some_and(|b| b > busy_horizon))
@@ -194,7 +201,7 @@ pub fn classify(
     let running_clock = running_clock.map(|c| c.max(meta.created_at));
     let idle_since = running_clock.max(stuck_clock).unwrap_or(meta.created_at);
     if let Some(clock) = running_clock.filter(|_| running_pods > 0) {
-        let idle_for = now.duration_since(clock);
+        let idle_for = seen_until.duration_since(clock);
         if idle_for < rules.window {
             return verdict(
                 Classification::Active,

@@ -75,6 +75,10 @@ pub struct GpuObservation {
     pub pcie_rx_bytes_per_second: Option<f64>,
     /// Power draw, W (latest).
     pub power_watts: Option<f64>,
+    /// How far the telemetry behind this observation reaches (None: to the instant it is
+    /// judged at). The idle clock runs only up to it: a Prometheus outage, or a scrape not
+    /// yet seen at the end of the last read, is not idleness.
+    pub data_until: Option<Timestamp>,
 }
 
 /// What gpu-reaper already did in the current idle period, read from annotations.

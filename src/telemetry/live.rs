@@ -326,6 +326,11 @@ impl LiveTelemetry {
         // The partial bucket holds samples up to the end of the last read: stamped there
         // (see `apply` for why the end, not the start).
         let pending_at = self.read_until.and_then(|t| Timestamp::from_second(t).ok());
+        // Without a sample in the partial bucket yet, the telemetry reaches the end of the
+        // last committed bucket, not the end of the read.
+        let committed_until = self
+            .read_until
+            .and_then(|t| Timestamp::from_second(t.div_euclid(self.step) * self.step).ok());
         for (key, gpu) in &self.gpus {
             let mut obs = GpuObservation {
                 id: gpu.identity.id.clone(),
@@ -340,8 +345,12 @@ impl LiveTelemetry {
                     let mut peek = tracker.clone();
                     peek.advance(at, Some(&gpu.pending), rules);
                     peek.fill(&mut obs);
+                    obs.data_until = Some(at);
                 }
-                _ => tracker.fill(&mut obs),
+                _ => {
+                    tracker.fill(&mut obs);
+                    obs.data_until = committed_until;
+                }
             }
             out.insert(key.clone(), obs);
         }

@@ -540,3 +540,48 @@ fn a_gpu_whose_labels_change_is_observed_with_the_new_ones() {
     assert_eq!(model(&live), "NVIDIA L40S");
     assert_eq!(live.gpus(), 1);
 }
+
+/// A read whose partial bucket has no sample yet (the scrapes stopped: Prometheus down)
+/// reaches only the end of the last committed bucket: the observation says so, so the
+/// idle clock does not run through the outage (`GpuObservation::data_until`).
+#[test]
+fn a_read_with_no_sample_in_its_partial_bucket_reaches_only_the_committed_buckets() {
+    // Busy at every sample, silent from minute 40 to 70.
+    let recording = record(1, Some(0), |_, _| true);
+    let rules = Rules::from_spec(&policy().spec);
+    let mut live = LiveTelemetry::new(60);
+    live.apply(
+        Read {
+            from: T0,
+            to: T0 + 39 * MIN + 50,
+            rebuild: true,
+        },
+        std::slice::from_ref(&rules),
+        recording.read(T0, T0 + 39 * MIN + 50).as_ref(),
+    );
+    let obs = live.observe(&rules);
+    let gpu = obs.values().next().expect("observed");
+    assert_eq!(
+        gpu.data_until.map(|t| t.as_second()),
+        Some(T0 + 39 * MIN + 50)
+    );
+    // The next read ends 49 s into minute 40, with nothing scraped since minute 39.
+    let to = T0 + 40 * MIN + 49;
+    live.apply(
+        Read {
+            from: T0 + 39 * MIN + 50,
+            to,
+            rebuild: false,
+        },
+        std::slice::from_ref(&rules),
+        recording.read(T0 + 39 * MIN + 50, to).as_ref(),
+    );
+    let obs = live.observe(&rules);
+    let gpu = obs.values().next().expect("observed");
+    assert_eq!(gpu.data_until.map(|t| t.as_second()), Some(T0 + 40 * MIN));
+    assert_eq!(
+        gpu.last_busy_at.map(|t| t.as_second()),
+        Some(T0 + 40 * MIN),
+        "busy through minute 39, stamped at its end"
+    );
+}

@@ -495,3 +495,39 @@ proptest! {
         }
     }
 }
+
+/// Invariant 1 at the end of the data: the idle clock runs only as far as the telemetry
+/// reaches. A GPU busy until minute 100 whose samples stop there (Prometheus down, or its
+/// next scrape not read yet) is not idle at minute 200, however long ago that was; once
+/// samples reach a window past its last activity, it is. (In the soak of 2026-12-04 a
+/// Prometheus outage left the partial bucket of the first read after it empty, and fifty
+/// busy Deployments were warned.)
+#[test]
+fn idleness_is_not_inferred_past_the_end_of_the_telemetry() {
+    let r = rules(PolicyMode::Enforce);
+    let window_min = r.window.as_secs() / 60;
+    let mut g = gpu(0, Some(100), 74_000.0);
+    g.data_until = Some(at(100));
+    let d = eval(
+        &r,
+        &meta(-600),
+        &[running(1)],
+        std::slice::from_ref(&g),
+        &LadderState::default(),
+        200,
+    );
+    assert_eq!(d.verdict.classification, Classification::Active, "{d:?}");
+    g.data_until = Some(at(100 + window_min));
+    let d = eval(
+        &r,
+        &meta(-600),
+        &[running(1)],
+        std::slice::from_ref(&g),
+        &LadderState::default(),
+        200,
+    );
+    assert!(
+        matches!(d.verdict.classification, Classification::Idle(_)),
+        "{d:?}"
+    );
+}
