@@ -506,26 +506,21 @@ proptest! {
 fn idleness_is_not_inferred_past_the_end_of_the_telemetry() {
     let r = rules(PolicyMode::Enforce);
     let window_min = r.window.as_secs() / 60;
-    let mut g = gpu(0, Some(100), 74_000.0);
-    g.data_until = Some(at(100));
-    let d = eval(
-        &r,
-        &meta(-600),
-        &[running(1)],
-        std::slice::from_ref(&g),
-        &LadderState::default(),
-        200,
-    );
+    let at_minute_200_with_data_until = |minute: i64| {
+        let mut g = gpu(0, Some(100), 74_000.0);
+        g.data_until = Some(at(minute));
+        eval(
+            &r,
+            &meta(-600),
+            &[running(1)],
+            std::slice::from_ref(&g),
+            &LadderState::default(),
+            200,
+        )
+    };
+    let d = at_minute_200_with_data_until(100);
     assert_eq!(d.verdict.classification, Classification::Active, "{d:?}");
-    g.data_until = Some(at(100 + window_min));
-    let d = eval(
-        &r,
-        &meta(-600),
-        &[running(1)],
-        std::slice::from_ref(&g),
-        &LadderState::default(),
-        200,
-    );
+    let d = at_minute_200_with_data_until(100 + window_min);
     assert!(
         matches!(d.verdict.classification, Classification::Idle(_)),
         "{d:?}"
