@@ -55,8 +55,6 @@ pub enum Class {
 }
 
 impl Class {
-    const ALL: [Class; 3] = [Class::Quiet, Class::Low, Class::Busy];
-
     fn index(self) -> usize {
         self as usize
     }
@@ -274,27 +272,11 @@ impl Moments {
 
     /// (moments, resumed) of `class` in the band of `idle_secs`.
     pub fn count(&self, class: Class, idle_secs: i64) -> (u32, u32) {
-        self.in_band(class, band(idle_secs))
-    }
-
-    fn in_band(&self, class: Class, band: usize) -> (u32, u32) {
+        let b = band(idle_secs);
         self.days.iter().fold((0, 0), |(n, k), d| {
-            let (dn, dk) = d.counts[class.index()][band];
+            let (dn, dk) = d.counts[class.index()][b];
             (n + dn, k + dk)
         })
-    }
-
-    /// Every (class, band, moments, resumed) kept, for reports.
-    pub fn table(&self) -> Vec<(Class, usize, u32, u32)> {
-        Class::ALL
-            .into_iter()
-            .flat_map(|class| {
-                (0..BANDS).map(move |b| {
-                    let (n, k) = self.in_band(class, b);
-                    (class, b, n, k)
-                })
-            })
-            .collect()
     }
 }
 

@@ -732,11 +732,6 @@ impl<K: Eq + Hash + Clone> Histories<K> {
         self.estimate(key, shape, idle_for)
     }
 
-    /// The policy's settled moments: (class, idle band in hours, moments, resumed).
-    pub fn moments(&self) -> Vec<(CalendarClass, usize, u32, u32)> {
-        self.moments.table()
-    }
-
     /// The cases of the pool `pool_key` at `(t, t + h)` (minute buckets `tb`, `thb`): its
     /// finished and censored spans, and the spans in progress of workloads other than
     /// `key`.
