@@ -61,8 +61,9 @@ pub const CALIBRATION_ALPHA: f64 = 0.05;
 /// A risk level asked (`idle.maxResumeRisk`) against the regrets it realised.
 ///
 /// The promise covers the actions **the estimate allowed** (its risk at most the level
-/// asked). The others came at `idle.maxIdle` whatever the estimate (none, or above the
-/// level): they are counted apart. The test is a one-sided exact binomial test: if every
+/// asked). The others came by `idle.maxIdle` whatever the estimate (none, or above the
+/// level): at it, or before it where waiting for it was expected to regret more (the
+/// deadline, `engine::ladder::Deadline`); they are counted apart. The test is a one-sided exact binomial test: if every
 /// allowed action regretted with probability `asked`, how likely are at least `regrets`
 /// of `actions`? Below [`CALIBRATION_ALPHA`] the realised rate is above the promise
 /// beyond the noise of that many actions.
@@ -81,7 +82,8 @@ pub struct Calibration {
     pub upper_bound_95: f64,
     /// `p_value` ≥ [`CALIBRATION_ALPHA`].
     pub within_noise: bool,
-    /// Actions at `idle.maxIdle` whatever the estimate, and their regrets.
+    /// Actions by `idle.maxIdle` whatever the estimate (at it, or before it by the
+    /// deadline), and their regrets.
     pub ceiling_actions: usize,
     pub ceiling_regrets: usize,
     /// The same test over every action of the level (allowed and at the ceiling).

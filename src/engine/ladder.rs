@@ -26,12 +26,13 @@ pub fn evaluate(
     ladder: &LadderState,
     now: Timestamp,
 ) -> Decision {
-    evaluate_with(rules, meta, pods, gpus, ladder, now, |_, _| None)
+    evaluate_with(rules, meta, pods, gpus, ladder, now, |_, _, _| None)
 }
 
-/// [`evaluate`] with the workload's resumption-risk estimate: `estimate(shape, idle_for)`
-/// is asked only when the policy has `idle.maxResumeRisk` and the fixed minimum
-/// durations are met.
+/// [`evaluate`] with the workload's resumption-risk estimate: `estimate(shape, idle_for,
+/// at)` — the risk of a workload idle for `idle_for` at the instant `at` (now, or a
+/// forecast of a later instant from what is known now) — is asked only when the policy
+/// has `idle.maxResumeRisk` and the fixed minimum durations are met.
 pub fn evaluate_with(
     rules: &Rules,
     meta: &WorkloadMeta,
@@ -39,21 +40,81 @@ pub fn evaluate_with(
     gpus: &[GpuObservation],
     ladder: &LadderState,
     now: Timestamp,
-    estimate: impl FnOnce(IdleShape, SignedDuration) -> Option<Estimate>,
+    mut estimate: impl FnMut(IdleShape, SignedDuration, Timestamp) -> Option<Estimate>,
 ) -> Decision {
     let verdict = classify(rules, meta, pods, gpus, ladder, now);
     let observed = gpus.len() as u32;
     let hourly = hourly_usd(rules, gpus, verdict.gpu_devices.saturating_sub(observed));
-    let risk = match (&verdict.classification, verdict.idle_since) {
+    let (risk, deadline) = match (&verdict.classification, verdict.idle_since) {
         (Classification::Idle(shape), Some(since))
             if rules.max_resume_risk.is_some()
                 && now.duration_since(since) >= rules.warn_after.max(rules.window) =>
         {
-            estimate(*shape, now.duration_since(since))
+            let now_risk = estimate(*shape, now.duration_since(since), now);
+            let deadline = now_risk
+                .as_ref()
+                .and_then(|e| forecast(rules, e, since, now, |t, at| estimate(*shape, t, at)));
+            (now_risk, deadline)
         }
-        _ => None,
+        _ => (None, None),
     };
-    decide(rules, verdict, ladder, hourly, risk, now)
+    decide_with(rules, verdict, ladder, hourly, risk, deadline, now)
+}
+
+/// What waiting for the ceiling (`idle.maxIdle`) is expected to cost, from what is known
+/// now: the risk the action will carry when it comes there, and the chance the idle span
+/// lasts that long.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deadline {
+    /// When the span reaches `idle.maxIdle`.
+    pub at: Timestamp,
+    /// The estimate for a workload idle `maxIdle` then (from its calendar's days at that
+    /// hour, or its pools).
+    pub then: Estimate,
+    /// The chance it is still idle then: the product, over the horizons from now to the
+    /// ceiling, of one less the risk forecast for each.
+    pub reach: f64,
+}
+
+impl Deadline {
+    /// Regrets expected from waiting for the ceiling: it acts there only if the span
+    /// lasts, and then regrets as its estimate says (the same measure as the gate's, the
+    /// cautious prior included).
+    pub fn expected(&self) -> f64 {
+        self.reach * self.then.risk()
+    }
+}
+
+/// The [`Deadline`] of a workload idle since `since`, at `now` with the estimate `now_risk`
+/// above the policy's `maxResumeRisk`; None when the policy has no ceiling, the ceiling is
+/// reached, or any forecast on the way has no estimate (knowing nothing is not
+/// permission, invariant 13).
+fn forecast(
+    rules: &Rules,
+    now_risk: &Estimate,
+    since: Timestamp,
+    now: Timestamp,
+    mut estimate: impl FnMut(SignedDuration, Timestamp) -> Option<Estimate>,
+) -> Option<Deadline> {
+    let (max, max_idle) = (rules.max_resume_risk?, rules.max_idle?);
+    let idle_for = now.duration_since(since);
+    if now_risk.risk() <= max || idle_for >= max_idle {
+        return None;
+    }
+    let horizon = rules.risk.horizon.max(SignedDuration::from_mins(1));
+    // The first horizon is the estimate of now; each later one is forecast at its start.
+    let mut reach = 1.0 - now_risk.risk();
+    let mut t = idle_for + horizon;
+    while t < max_idle {
+        reach *= 1.0 - estimate(t, since + t)?.risk();
+        t += horizon;
+    }
+    let at = since + max_idle;
+    Some(Deadline {
+        at,
+        then: estimate(max_idle, at)?,
+        reach,
+    })
 }
 
 /// What the resumption-risk gate says about proceeding now.
@@ -70,6 +131,7 @@ enum Gate {
 fn gate(
     rules: &Rules,
     estimate: Option<&Estimate>,
+    deadline: Option<&Deadline>,
     idle_for: SignedDuration,
     ceiling: Option<SignedDuration>,
 ) -> Gate {
@@ -108,6 +170,21 @@ fn gate(
             e.sentence(),
             max * 100.0
         )),
+        // The ceiling is a deadline: acting now, before it, when that is expected to
+        // regret less than the action due there.
+        Some(e) if deadline.is_some_and(|d| e.risk() <= d.expected()) => {
+            let d = deadline.expect("checked");
+            Gate::Open(format!(
+                "; {}: above idle.maxResumeRisk ({:.0} %), but the action is due at idle.maxIdle ({}, at {}) and waiting for it is expected to regret more: idle that long with {:.0} %, and then a risk of {:.0} % ({:.0} % in all)",
+                e.sentence(),
+                max * 100.0,
+                rules.max_idle.map(human).unwrap_or_default(),
+                d.at,
+                d.reach * 100.0,
+                d.then.risk() * 100.0,
+                d.expected() * 100.0,
+            ))
+        }
         Some(e) => Gate::Held(format!(
             "{}: above idle.maxResumeRisk ({:.0} %), holding{}",
             e.sentence(),
@@ -127,6 +204,19 @@ pub fn decide(
     ladder: &LadderState,
     hourly_usd: f64,
     estimate: Option<Estimate>,
+    now: Timestamp,
+) -> Decision {
+    decide_with(rules, verdict, ladder, hourly_usd, estimate, None, now)
+}
+
+/// [`decide`] with what waiting for the ceiling is expected to cost ([`Deadline`]).
+fn decide_with(
+    rules: &Rules,
+    verdict: Verdict,
+    ladder: &LadderState,
+    hourly_usd: f64,
+    estimate: Option<Estimate>,
+    deadline: Option<Deadline>,
     now: Timestamp,
 ) -> Decision {
     let done = |step, next_step_at, reason: String| Decision {
@@ -165,7 +255,13 @@ pub fn decide(
             // Past maxIdle less the notice, warn whatever the estimate: the action is then
             // due at maxIdle.
             let ceiling = rules.max_idle.map(|m| (m - notice).max(rules.warn_after));
-            match gate(rules, estimate.as_ref(), idle_for, ceiling) {
+            match gate(
+                rules,
+                estimate.as_ref(),
+                deadline.as_ref(),
+                idle_for,
+                ceiling,
+            ) {
                 // The action is due a notice from now at the earliest.
                 Gate::Open(note) => done(
                     Step::Warn,
@@ -221,7 +317,13 @@ pub fn decide(
             ),
         );
     }
-    let note = match gate(rules, estimate.as_ref(), idle_for, rules.max_idle) {
+    let note = match gate(
+        rules,
+        estimate.as_ref(),
+        deadline.as_ref(),
+        idle_for,
+        rules.max_idle,
+    ) {
         Gate::Open(note) => note,
         Gate::Held(why) => {
             let ceiling_at = rules.max_idle.map(|m| idle_since + m);

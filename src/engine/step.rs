@@ -202,7 +202,7 @@ pub fn evaluate_policy<K: Eq + Hash + Clone>(
                 c.gpus,
                 &c.ladder,
                 now,
-                |shape, idle_for| history.estimate_at(&c.key, shape, idle_for, now),
+                |shape, idle_for, at| history.estimate_at(&c.key, shape, idle_for, at),
             )
         })
         .collect();

@@ -219,7 +219,7 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
     if !calibrated.is_empty() {
         let _ = writeln!(
             out,
-            "Calibration: maxResumeRisk asked against the regret rate realised by the actions the estimate allowed (the rest came at idle.maxIdle whatever the estimate). Within noise: a one-sided exact binomial test, P(at least that many regrets if each allowed action regretted with the probability asked) >= {:.0} %.\n",
+            "Calibration: maxResumeRisk asked against the regret rate realised by the actions the estimate allowed (the rest came by idle.maxIdle whatever the estimate: at it, or before it where waiting for it was expected to regret more). Within noise: a one-sided exact binomial test, P(at least that many regrets if each allowed action regretted with the probability asked) >= {:.0} %.\n",
             crate::backtest::sweep::CALIBRATION_ALPHA * 100.0
         );
         let _ = writeln!(
@@ -233,7 +233,7 @@ pub fn sweep_table(policy: &str, points: &[crate::backtest::sweep::Point], cold:
             "UPPER 95",
             "P",
             "VERDICT",
-            "AT MAXIDLE",
+            "BY MAXIDLE",
             "ALL: P"
         );
         for (p, c) in calibrated {

@@ -10,7 +10,7 @@ use gpu_reaper::engine::model::{
     Decision, GpuObservation, IdleShape, LadderState, PodPhase, PodState, Step, WorkloadMeta,
 };
 use gpu_reaper::engine::{Basis, Estimate, Rules, evaluate, evaluate_with};
-use jiff::SignedDuration;
+use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 
 use crate::time::at;
@@ -91,7 +91,7 @@ fn decide_at(
         &[gpu(0)],
         ladder,
         at(now),
-        |shape, idle_for| {
+        |shape, idle_for, _| {
             assert_eq!(shape, IdleShape::MemoryHeld);
             counts.map(|(r, l)| estimate(r, l, idle_for))
         },
@@ -246,6 +246,92 @@ fn max_idle_is_when_the_action_is_due_and_the_warning_comes_a_notice_before() {
     );
 }
 
+/// [`decide_at`] with an estimate that depends on the instant asked about: `cases(at,
+/// idle)` (minutes) gives (resumed, longer), or None for no estimate. The workload was
+/// last busy at minute 0, so every forecast is asked for `at == idle`.
+fn decide_over_time(
+    spec: &GpuPolicySpec,
+    ladder: &LadderState,
+    now: i64,
+    cases: impl Fn(i64) -> Option<(u32, u32)>,
+) -> Decision {
+    let rules = Rules::from_spec(spec);
+    evaluate_with(
+        &rules,
+        &meta(),
+        &[pod()],
+        &[gpu(0)],
+        ladder,
+        at(now),
+        |_, idle_for, instant| {
+            let minute = (instant.as_second() - at(0).as_second()) / 60;
+            assert_eq!(minute, idle_for.as_mins(), "a forecast for another span");
+            assert!(
+                minute >= now,
+                "asked about minute {minute}, before now ({now})"
+            );
+            cases(minute).map(|(r, l)| estimate(r, l, idle_for))
+        },
+    )
+}
+
+#[test]
+fn max_idle_is_a_deadline_acting_before_it_when_waiting_would_regret_more() {
+    // Idle 2h at 02:00; its risk now is 11 % (1 of 40, with the prior), above the 5 %
+    // asked. The night ahead is quiet (0 of 200 resumed within 2h at 4h and 6h), but
+    // maxIdle (8h) comes at 08:00, when its users usually come (150 of 200): waiting
+    // acts then, at 75 %, on a span that lasts that long with 85 %.
+    let spec = risk_spec(0.05, Some("8h"), PolicyMode::Enforce);
+    let morning = |m: i64| match m {
+        120 | 150 => Some((1, 40)),
+        480 => Some((150, 200)),
+        _ => Some((0, 200)),
+    };
+    let d = decide_over_time(&spec, &LadderState::default(), 120, morning);
+    assert_eq!(d.step, Step::Warn, "{}", d.reason);
+    assert!(
+        d.reason.contains("above idle.maxResumeRisk (5 %), but the action is due at idle.maxIdle (8h")
+            && d.reason.contains("waiting for it is expected to regret more: idle that long with 85 %, and then a risk of 75 % (64 % in all)"),
+        "{}",
+        d.reason
+    );
+    let warned = LadderState {
+        warned_at: Some(at(120)),
+        ..LadderState::default()
+    };
+    let d = decide_over_time(&spec, &warned, 150, morning);
+    assert!(matches!(d.step, Step::Act(_)), "{}", d.reason);
+    // The same risk now, with a quiet morning too (10 of 200 at 8h: 7 %): waiting is
+    // expected to regret less than acting now, so it holds until maxIdle.
+    let quiet = |m: i64| {
+        if m == 480 {
+            Some((10, 200))
+        } else {
+            morning(m)
+        }
+    };
+    let d = decide_over_time(&spec, &LadderState::default(), 120, quiet);
+    assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    assert!(
+        d.reason.ends_with("holding until idle.maxIdle (8h)"),
+        "{}",
+        d.reason
+    );
+    let d = decide_over_time(&spec, &warned, 150, quiet);
+    assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    // Invariant 13: a forecast on the way with no estimate is no permission either.
+    let unknown_night = |m: i64| if m == 360 { None } else { morning(m) };
+    let d = decide_over_time(&spec, &LadderState::default(), 120, unknown_night);
+    assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    let unknown_morning = |m: i64| if m == 480 { None } else { morning(m) };
+    let d = decide_over_time(&spec, &LadderState::default(), 120, unknown_morning);
+    assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    // Without maxIdle there is no deadline: the gate alone decides.
+    let unbounded = risk_spec(0.05, None, PolicyMode::Enforce);
+    let d = decide_over_time(&unbounded, &LadderState::default(), 120, morning);
+    assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+}
+
 #[test]
 fn the_estimate_is_not_asked_before_the_fixed_minimum_durations() {
     let spec = risk_spec(0.05, None, PolicyMode::Enforce);
@@ -257,7 +343,7 @@ fn the_estimate_is_not_asked_before_the_fixed_minimum_durations() {
         &[gpu(0)],
         &LadderState::default(),
         at(29),
-        |_, _| panic!("asked for an estimate 29 minutes into idleness"),
+        |_, _, _| panic!("asked for an estimate 29 minutes into idleness"),
     );
     assert_eq!(d.step, Step::Nothing);
 }
@@ -280,7 +366,7 @@ proptest! {
             m.labels.insert(gpu_reaper::api::keys::EXEMPT_LABEL.into(), "true".into());
         }
         let counts = Some((resumed, resumed + extra + 1));
-        let est = |_: IdleShape, d: SignedDuration| counts.map(|(r, l)| estimate(r, l, d));
+        let est = |_: IdleShape, d: SignedDuration, _: Timestamp| counts.map(|(r, l)| estimate(r, l, d));
         let fresh = evaluate_with(&rules, &m, &[pod()], &[gpu(0)], &LadderState::default(), at(idle), est);
         let ladder = LadderState { warned_at: Some(at(idle - 30 - warned_ago)), ..LadderState::default() };
         let later = evaluate_with(&rules, &m, &[pod()], &[gpu(0)], &ladder, at(idle), est);
