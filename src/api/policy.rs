@@ -236,7 +236,9 @@ pub struct IdleSpec {
     pub min_idle_spans: u32,
     /// Ceiling: a workload idle this long is acted on whatever its resumption risk; its
     /// warning comes the notice (action.after − warn.after) before (exemptions, snoozes
-    /// and Audit mode still apply), e.g. `8h`.
+    /// and Audit mode still apply), e.g. `8h`. It is also a deadline: before it, a risk
+    /// above maxResumeRisk proceeds when waiting for maxIdle is expected to regret more
+    /// (the chance the span lasts to it times the risk forecast there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_idle: Option<Duration>,
 }
