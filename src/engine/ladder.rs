@@ -85,10 +85,14 @@ impl Deadline {
     }
 }
 
+/// The most horizons ahead a [`Deadline`] is forecast over (with a 2h horizon: a ceiling
+/// up to 24h away).
+const FORECAST_HORIZONS: i64 = 12;
+
 /// The [`Deadline`] of a workload idle since `since`, at `now` with the estimate `now_risk`
 /// above the policy's `maxResumeRisk`; None when the policy has no ceiling, the ceiling is
-/// reached, or any forecast on the way has no estimate (knowing nothing is not
-/// permission, invariant 13).
+/// reached or more than [`FORECAST_HORIZONS`] horizons away, or any forecast on the way
+/// has no estimate (knowing nothing is not permission, invariant 13).
 fn forecast(
     rules: &Rules,
     now_risk: &Estimate,
@@ -102,6 +106,11 @@ fn forecast(
         return None;
     }
     let horizon = rules.risk.horizon.max(SignedDuration::from_mins(1));
+    // A ceiling many horizons away is too far to forecast (and would cost an estimate per
+    // horizon, every cycle): the gate alone decides until it is nearer.
+    if (max_idle - idle_for).as_secs() > FORECAST_HORIZONS * horizon.as_secs() {
+        return None;
+    }
     // The first horizon is the estimate of now; each later one is forecast at its start.
     let mut reach = 1.0 - now_risk.risk();
     let mut t = idle_for + horizon;

@@ -326,6 +326,23 @@ fn max_idle_is_a_deadline_acting_before_it_when_waiting_would_regret_more() {
     let unknown_morning = |m: i64| if m == 480 { None } else { morning(m) };
     let d = decide_over_time(&spec, &LadderState::default(), 120, unknown_morning);
     assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    // A ceiling too far ahead to forecast (over 12 horizons: 24h) is no deadline yet.
+    let far = risk_spec(0.05, Some("72h"), PolicyMode::Enforce);
+    // Quiet for three days, the risk at 2h and at 66h 11 %, a busy hour at 72h.
+    let far_morning = |m: i64| match m {
+        4320 => Some((150, 200)),
+        120 | 3960 => Some((1, 40)),
+        _ => Some((0, 200)),
+    };
+    let d = decide_over_time(&far, &LadderState::default(), 120, far_morning);
+    assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    let near = decide_over_time(&far, &LadderState::default(), 3960, far_morning);
+    assert_eq!(near.step, Step::Warn, "{}", near.reason);
+    assert!(
+        near.reason.contains("expected to regret more"),
+        "{}",
+        near.reason
+    );
     // Without maxIdle there is no deadline: the gate alone decides.
     let unbounded = risk_spec(0.05, None, PolicyMode::Enforce);
     let d = decide_over_time(&unbounded, &LadderState::default(), 120, morning);
