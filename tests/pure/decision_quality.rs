@@ -83,19 +83,7 @@ fn decide_at(
     now: i64,
     counts: Option<(u32, u32)>,
 ) -> Decision {
-    let rules = Rules::from_spec(spec);
-    evaluate_with(
-        &rules,
-        &meta(),
-        &[pod()],
-        &[gpu(0)],
-        ladder,
-        at(now),
-        |shape, idle_for, _| {
-            assert_eq!(shape, IdleShape::MemoryHeld);
-            counts.map(|(r, l)| estimate(r, l, idle_for))
-        },
-    )
+    decide_over_time(spec, ladder, now, |_| counts)
 }
 
 #[test]
@@ -263,7 +251,8 @@ fn decide_over_time(
         &[gpu(0)],
         ladder,
         at(now),
-        |_, idle_for, instant| {
+        |shape, idle_for, instant| {
+            assert_eq!(shape, IdleShape::MemoryHeld);
             let minute = (instant.as_second() - at(0).as_second()) / 60;
             assert_eq!(minute, idle_for.as_mins(), "a forecast for another span");
             assert!(

@@ -812,6 +812,34 @@ fn production_case(policy: &str, trace: &str) -> (gpu_reaper::api::GpuPolicy, Tr
     (policy, trace)
 }
 
+/// The 23-day file, cold, `maxPerHour` lifted as in the sweep: its policy (at `risk`, or
+/// its own `maxResumeRisk` of 5 %) and, side by side, the fixed rule warning at `warn`
+/// and acting at `act`, with no gate and no ceiling.
+fn against_a_fixed_rule(
+    risk: Option<f64>,
+    warn: &str,
+    act: &str,
+) -> (backtest::Backtest, backtest::Backtest) {
+    let (policy, trace) = twenty_three_days();
+    let options = cold();
+    let mut gated = policy.spec.clone();
+    gated.action.max_per_hour = u32::MAX;
+    assert_eq!(gated.idle.max_resume_risk, Some(0.05));
+    if risk.is_some() {
+        gated.idle.max_resume_risk = risk;
+    }
+    let mut fixed = gated.clone();
+    fixed.idle.max_resume_risk = None;
+    fixed.idle.max_idle = None;
+    fixed.warn.after = dur(warn);
+    fixed.action.after = dur(act);
+    std::thread::scope(|scope| {
+        let f = scope.spawn(|| backtest::run("fixed", &fixed, &trace, &options));
+        let g = backtest::run("gated", &gated, &trace, &options);
+        (g, f.join().unwrap())
+    })
+}
+
 /// The 23-day production file (30 model servers) and the policy beside it.
 fn twenty_three_days() -> (gpu_reaper::api::GpuPolicy, Trace) {
     production_case(
@@ -1070,21 +1098,7 @@ fn on_23_days_of_production_traffic_pre_warm_turns_regrets_into_warm_starts_and_
 /// 8,125 GPU-hours, "act after 8h" in disguise.
 #[test]
 fn on_23_days_of_production_traffic_the_gate_keeps_its_5_percent_and_beats_acting_after_6h() {
-    let (policy, trace) = twenty_three_days();
-    let options = cold();
-    let mut gated = policy.spec.clone();
-    gated.action.max_per_hour = u32::MAX;
-    assert_eq!(gated.idle.max_resume_risk, Some(0.05));
-    let mut fixed = gated.clone();
-    fixed.idle.max_resume_risk = None;
-    fixed.idle.max_idle = None;
-    fixed.warn.after = dur("5h30m");
-    fixed.action.after = dur("6h");
-    let (gated, fixed) = std::thread::scope(|scope| {
-        let f = scope.spawn(|| backtest::run("fixed", &fixed, &trace, &options));
-        let g = backtest::run("gated", &gated, &trace, &options);
-        (g, f.join().unwrap())
-    });
+    let (gated, fixed) = against_a_fixed_rule(None, "5h30m", "6h");
     let (g, f) = (&gated.summary, &fixed.summary);
     assert!(g.regret_rate <= 0.05, "gated {g:?}");
     assert!(
@@ -1113,21 +1127,7 @@ fn on_23_days_of_production_traffic_the_gate_keeps_its_5_percent_and_beats_actin
 /// and more GPU-hours than "act after 8h" (docs/decision-quality.md).
 #[test]
 fn on_23_days_of_production_traffic_max_idle_is_a_deadline_met_before_the_morning() {
-    let (policy, trace) = twenty_three_days();
-    let options = cold();
-    let mut gated = policy.spec.clone();
-    gated.action.max_per_hour = u32::MAX;
-    gated.idle.max_resume_risk = Some(0.01);
-    let mut fixed = gated.clone();
-    fixed.idle.max_resume_risk = None;
-    fixed.idle.max_idle = None;
-    fixed.warn.after = dur("7h30m");
-    fixed.action.after = dur("8h");
-    let (gated, fixed) = std::thread::scope(|scope| {
-        let f = scope.spawn(|| backtest::run("fixed", &fixed, &trace, &options));
-        let g = backtest::run("gated", &gated, &trace, &options);
-        (g, f.join().unwrap())
-    });
+    let (gated, fixed) = against_a_fixed_rule(Some(0.01), "7h30m", "8h");
     let (g, f) = (&gated.summary, &fixed.summary);
     assert!(
         g.regret_rate <= 0.04 && g.regret_rate < f.regret_rate,
