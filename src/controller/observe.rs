@@ -6,8 +6,8 @@
 //!   500) with `--once`;
 //! - [`telemetry`]: every GPU's samples since the previous cycle, read once for all
 //!   policies (`telemetry::live`: one query per DCGM family, the horizon at start-up);
-//! - [`backfill`]: the activity history replayed into a policy's idle spans the first
-//!   time it is evaluated.
+//! - [`backfill`]: the activity history replayed into the idle spans of the policies
+//!   evaluated for the first time, together, one piece of the range at a time.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,7 +23,6 @@ use crate::cluster::{discovery, snapshot};
 use crate::engine::{Histories, Rules};
 use crate::telemetry::live::LiveTelemetry;
 use crate::telemetry::prometheus::{PrometheusError, Refreshed};
-use crate::telemetry::trace::Trace;
 use crate::{Error, Result};
 
 /// What one observation of the cluster found.
@@ -38,9 +37,6 @@ pub struct Observed {
     /// Namespace labels by name.
     pub namespaces: HashMap<String, BTreeMap<String, String>>,
 }
-
-/// The history a start-up backfill read, shared by every policy backfilled in a cycle.
-pub type HistoryRead = Option<std::result::Result<Trace, String>>;
 
 pub(super) fn kube_err(action: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     move |source| Error::Kube {
@@ -125,47 +121,76 @@ pub async fn telemetry(
     read
 }
 
-/// Replays the last `--history-backfill` of activity into `history`, for policies
-/// that use it; spans older than the policy's `idle.history` are pruned. The activity
-/// is read from Prometheus once per cycle (`read`, shared by every policy backfilled in
-/// it). A failure is logged and the cycles learn on their own: the fixed durations
-/// decide meanwhile.
+/// A policy whose idle-span history is backfilled this cycle.
+pub struct Backfill<'a> {
+    pub name: &'a str,
+    pub rules: &'a Rules,
+    pub history: &'a mut Histories<ObjectKey>,
+}
+
+/// Replays the last `--history-backfill` of activity into the histories of `policies`
+/// (those that use one; spans older than each policy's `idle.history` are pruned), all
+/// together: the range is read from Prometheus one piece (`--prometheus-chunk`) at a
+/// time, oldest first, and each piece feeds every history before the next is read, so
+/// one piece is held at a time, whatever the range and the number of policies. A piece
+/// that cannot be read ends the backfill with a warning: what was fed is kept (the spans
+/// in progress censored there) and the cycles learn the rest; the fixed durations decide
+/// meanwhile.
 pub async fn backfill(
     ctx: &Context,
-    policy: &GpuPolicy,
-    rules: &Rules,
+    policies: &mut [Backfill<'_>],
     workloads: &[Workload],
-    history: &mut Histories<ObjectKey>,
-    read: &mut HistoryRead,
     now: Timestamp,
 ) {
-    let spec = &policy.spec;
     let since = ctx.settings.history_backfill;
-    if !spec.uses_idle_history() || since <= SignedDuration::ZERO {
+    if policies.is_empty() || since <= SignedDuration::ZERO {
         return;
     }
-    let name = policy.metadata.name.as_deref().unwrap_or_default();
-    if read.is_none() {
-        let options = crate::telemetry::trace::ReadOptions {
-            workload_labels: ctx.settings.history_labels.clone(),
-            step_seconds: 60,
-            skip_unknown_metrics: true,
-        };
-        let from = (now - since).as_second();
-        *read = Some(
-            ctx.telemetry
-                .fetch_families(from, now.as_second(), &super::backfill::FAMILIES, &options)
-                .await
-                .map_err(|e| e.to_string()),
-        );
+    let started = std::time::Instant::now();
+    let options = crate::telemetry::trace::ReadOptions {
+        workload_labels: ctx.settings.history_labels.clone(),
+        step_seconds: super::backfill::STEP_SECONDS,
+        skip_unknown_metrics: true,
+    };
+    let chunk = SignedDuration::try_from(ctx.telemetry.chunk()).unwrap_or(SignedDuration::MAX);
+    let pieces = super::backfill::pieces(now - since, now, chunk);
+    let mut stream = super::backfill::Stream::new(workloads);
+    let mut read = 0;
+    for &(from, until) in &pieces {
+        match ctx
+            .telemetry
+            .fetch_families(
+                from.as_second(),
+                until.as_second(),
+                &super::backfill::FAMILIES,
+                &options,
+            )
+            .await
+        {
+            Ok(trace) => {
+                read += 1;
+                if let Some(trace) = trace {
+                    let piece = stream.piece(&trace, from, until);
+                    for p in policies.iter_mut() {
+                        piece.feed(p.history, p.rules);
+                    }
+                }
+            }
+            Err(e) => {
+                for p in policies.iter_mut() {
+                    stream.interrupted(p.history, from);
+                }
+                let names: Vec<&str> = policies.iter().map(|p| p.name).collect();
+                tracing::warn!(policies = ?names, error = %e, backfilled_from = %(now - since), failed_at = %from, "could not backfill all of the idle-span history; learning the rest from the cycles");
+                break;
+            }
+        }
     }
-    match read.as_ref().expect("read above") {
-        Ok(trace) => {
-            let added = super::backfill::feed(history, trace, workloads, rules, now);
-            tracing::info!(policy = name, from = %(now - since), workloads = added.workloads, spans = added.spans, "idle-span history backfilled from Prometheus");
-        }
-        Err(e) => {
-            tracing::warn!(policy = name, error = %e, "could not backfill the idle-span history; learning it from the cycles");
-        }
+    if read == 0 {
+        return;
+    }
+    for p in policies.iter() {
+        let added = stream.backfilled(p.history);
+        tracing::info!(policy = p.name, from = %(now - since), pieces = read, seconds = started.elapsed().as_secs_f64(), workloads = added.workloads, spans = added.spans, "idle-span history backfilled from Prometheus");
     }
 }
