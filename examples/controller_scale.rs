@@ -12,7 +12,10 @@
 //! ```
 //!
 //! Environment: `SCALE_IDLE` (share of GPU workloads idle, default 0.2), `SCALE_CYCLES`
-//! (default 4), `SCALE_INTERVAL_SECONDS` (the controller's `--interval`, default 30).
+//! (default 4), `SCALE_INTERVAL_SECONDS` (the controller's `--interval`, default 30),
+//! `SCALE_HISTORY_BACKFILL` (e.g. `168h`: the policy is risk-gated and the controller
+//! backfills that much idle-span history from the stub in cycle 1; unset: no backfill),
+//! `SCALE_CONTROLLER_BIN` (the controller binary; default: the release build's).
 //! Why a stub and not the real Prometheus: see `benches/support/controller_scale.rs`.
 //! Results go in docs/performance.md ("Controller at scale").
 
@@ -121,9 +124,13 @@ fn main() {
         [pods] => vec![(*pods, pods / 5)],
         [pods, gpu_pods, ..] => vec![(*pods, *gpu_pods)],
     };
-    let bin = std::env::current_exe()
-        .ok()
-        .and_then(|e| Some(e.parent()?.parent()?.join("gpu-reaper")))
+    let bin = std::env::var_os("SCALE_CONTROLLER_BIN")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|e| Some(e.parent()?.parent()?.join("gpu-reaper")))
+        })
         .filter(|b| b.exists())
         .expect("build the binary first: cargo build --release --bin gpu-reaper");
     println!("machine: {}", machine());
@@ -138,6 +145,7 @@ fn main() {
         scenario.idle_fraction = env("SCALE_IDLE", 0.2);
         scenario.cycles = env("SCALE_CYCLES", 4usize).max(2);
         scenario.interval = Duration::from_secs(env("SCALE_INTERVAL_SECONDS", 30u64));
+        scenario.history_backfill = std::env::var("SCALE_HISTORY_BACKFILL").ok();
         println!("\n== {pods} pods, {gpu_pods} with a GPU ==");
         let measured = runtime
             .block_on(controller_scale::run(&bin, &scenario, &|line| {

@@ -688,7 +688,7 @@ pub struct BacktestArgs {
     #[arg(long, default_value = "0s", env = "GPU_REAPER_WARMUP", value_parser = duration)]
     pub warmup: SignedDuration,
     /// With --warmup: how much of its end the start-up backfill reads, as the
-    /// controller's --history-backfill (e.g. 168h: an install that reads its week back).
+    /// controller's --history-backfill (e.g. 24h: an install that reads one day back).
     #[arg(long, env = "GPU_REAPER_HISTORY_BACKFILL", value_parser = go_duration,
           default_value_t = GoDuration(crate::backtest::CONTROLLER_BACKFILL))]
     pub history_backfill: GoDuration,

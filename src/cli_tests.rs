@@ -53,7 +53,7 @@ fn the_flags_parse_into_their_types() {
 fn the_history_backfill_defaults_to_the_controllers_constant_and_reads_as_go_writes_it() {
     assert_eq!(
         GoDuration(crate::backtest::CONTROLLER_BACKFILL).to_string(),
-        "24h"
+        "168h"
     );
     let Command::Explain(args) = Cli::try_parse_from(["gpu-reaper", "explain", "ns/Deployment/d"])
         .unwrap()

@@ -44,6 +44,10 @@ pub struct Scenario {
     /// a few milliseconds so that a cycle outlasts the harness' 50 ms poll and each
     /// cycle is seen on its own (a 500-pod cycle takes ~30 ms).
     pub query_delay: Duration,
+    /// The controller's `--history-backfill` (a Go duration, e.g. `168h`). When set, the
+    /// policy is risk-gated (`idle.maxResumeRisk`), so cycle 1 backfills its idle-span
+    /// history over that range from the stub; unset, nothing is backfilled.
+    pub history_backfill: Option<String>,
 }
 
 impl Scenario {
@@ -56,6 +60,19 @@ impl Scenario {
             interval: Duration::from_secs(30),
             cycles: 4,
             query_delay: Duration::ZERO,
+            history_backfill: None,
+        }
+    }
+
+    /// The policy every GPU workload falls under: [`POLICY`], risk-gated when a backfill
+    /// is asked for.
+    pub fn policy(&self) -> String {
+        match self.history_backfill {
+            Some(_) => POLICY.replace(
+                "minCoverage: 0.8}",
+                "minCoverage: 0.8, maxResumeRisk: 0.05, history: 168h}",
+            ),
+            None => POLICY.to_string(),
         }
     }
 }
@@ -533,14 +550,14 @@ fn ns_name(i: usize) -> String {
 /// and RBAC for the controller's service account: everything (kube-sim records every
 /// call a service account makes; the chart's own least-privilege RBAC is tested in
 /// tests/cluster/helm.rs).
-pub async fn install(sim: &KubeSim) -> Result<(), kube_sim::BoxError> {
+pub async fn install(sim: &KubeSim, policy: &str) -> Result<(), kube_sim::BoxError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let client = sim.client().await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in gpu_reaper::api::crds() {
         crds.create(&PostParams::default(), &crd).await?;
     }
-    let policy: gpu_reaper::api::GpuPolicy = serde_yaml::from_str(POLICY)?;
+    let policy: gpu_reaper::api::GpuPolicy = serde_yaml::from_str(policy)?;
     Api::<gpu_reaper::api::GpuPolicy>::all(client)
         .create(&PostParams::default(), &policy)
         .await?;
@@ -1018,7 +1035,7 @@ pub async fn run(
         ..Default::default()
     })
     .await?;
-    install(&sim).await?;
+    install(&sim, &scenario.policy()).await?;
     let started = Instant::now();
     let seeded = seed(&sim, scenario)?;
     let seed_seconds = started.elapsed().as_secs_f64();
@@ -1064,6 +1081,12 @@ pub async fn run(
         .args(["--prometheus-url", &prometheus])
         .args(["--interval", &interval, "--scrape-interval", "30s"])
         .args(["--listen", &format!("127.0.0.1:{metrics_port}")])
+        .args(
+            scenario
+                .history_backfill
+                .iter()
+                .flat_map(|b| ["--history-backfill", b.as_str()]),
+        )
         .args([
             "--lease-namespace",
             "gpu-reaper",

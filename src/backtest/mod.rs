@@ -39,8 +39,11 @@ use crate::telemetry::trace::{PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Trac
 
 /// `controller --history-backfill`'s default (the one place it is written: clap shows and
 /// uses it through `cli::GoDuration`): the most of the warm-up a controller installed at
-/// its end would read back from Prometheus.
-pub const CONTROLLER_BACKFILL: SignedDuration = SignedDuration::from_hours(24);
+/// its end would read back from Prometheus. Seven days: what the risk estimate's calendar
+/// looks back over (it needs three), so a restart leaves no policy without it; read one
+/// piece at a time, it costs the controller a piece's memory, not the week's
+/// (docs/performance.md, "Start-up backfill").
+pub const CONTROLLER_BACKFILL: SignedDuration = SignedDuration::from_hours(7 * 24);
 
 /// An action in effect on a workload.
 struct Reaped {

@@ -3,7 +3,10 @@
 //! ```text
 //! observe::cluster (IO) → policies::report (IO) → housekeeping (IO) → quota (IO)
 //!   → observe::telemetry (IO)
-//!   per policy: [observe::backfill (IO), first time] → plan (PURE)
+//!   → observe::backfill (IO), once for all the policies evaluated for the first time,
+//!     when the telemetry read worked (start_histories: one read of Prometheus, piece by
+//!     piece, feeds them all)
+//!   per policy: plan (PURE)
 //!               → warn / act (IO) per judged workload
 //!               → pre-warm (PURE choice, IO wake) of reclaimed workloads (action.preWarm)
 //!               → status (PURE compute, one apply)
@@ -23,7 +26,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::context::{Context, Judged, Memory};
 use super::metrics::PolicyLabels;
-use super::observe::{self, HistoryRead, Observed};
+use super::observe::{self, Observed};
 use super::plan::{self, PolicyPlan, by_pod};
 use super::status::{self, Found};
 use super::warn::{self, Sent};
@@ -42,7 +45,6 @@ struct Cycle<'a> {
     all: Vec<&'a GpuPolicy>,
     /// Why the telemetry read failed, when it did.
     telemetry_failed: Option<String>,
-    backfill_read: HistoryRead,
     sent: Sent,
 }
 
@@ -94,6 +96,10 @@ async fn cycle(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()>
         .map(|p| Rules::from_spec(&p.spec))
         .collect();
     let telemetry = observe::telemetry(ctx, &mut memory.live, &rules_of, now).await;
+    if telemetry.is_ok() {
+        let policies: Vec<(&GpuPolicy, &Rules)> = seen.policies.iter().zip(&rules_of).collect();
+        start_histories(ctx, memory, &seen.workloads, &policies, now).await;
+    }
     let mut cycle = Cycle {
         now,
         seen: &seen,
@@ -104,7 +110,6 @@ async fn cycle(ctx: &Context, memory: &mut Memory, now: Timestamp) -> Result<()>
             .chain(seen.unusable.iter().filter_map(|u| u.stand_in.as_ref()))
             .collect(),
         telemetry_failed: telemetry.err().map(|e| e.to_string()),
-        backfill_read: None,
         sent: Sent::default(),
     };
     for (policy, rules) in seen.policies.iter().zip(&rules_of) {
@@ -153,18 +158,7 @@ async fn evaluate_policy(
     let seen = cycle.seen;
     let observations = memory.live.observe(rules);
     let grouped = by_pod(&observations);
-    let plan = judge(
-        ctx,
-        memory,
-        seen,
-        &cycle.all,
-        &mut cycle.backfill_read,
-        policy,
-        rules,
-        &grouped,
-        now,
-    )
-    .await;
+    let plan = judge(ctx, memory, seen, &cycle.all, policy, rules, &grouped, now).await;
     for p in &plan.planned {
         let w = &seen.workloads[p.workload];
         let d = &p.decision;
@@ -242,47 +236,66 @@ async fn evaluate_policy(
     .await;
 }
 
+/// Starts the idle-span history of each of `policies` that has none in memory (start-up,
+/// new leader, new policy, or a change of its estimate's settings, which starts them
+/// over), replaying recent history into those that use it ([`observe::backfill`]): all
+/// together, one read of Prometheus for them all.
+async fn start_histories(
+    ctx: &Context,
+    memory: &mut Memory,
+    workloads: &[Workload],
+    policies: &[(&GpuPolicy, &Rules)],
+    now: Timestamp,
+) {
+    let mut fresh: Vec<(&str, &Rules, bool, Histories<_>)> = policies
+        .iter()
+        .filter_map(|(policy, rules)| {
+            let name = policy.metadata.name.as_deref().unwrap_or_default();
+            memory
+                .histories
+                .get(name)
+                .is_none_or(|h| h.params() != rules.risk)
+                .then(|| {
+                    let replayed = policy.spec.uses_idle_history();
+                    (name, *rules, replayed, Histories::new(rules.risk))
+                })
+        })
+        .collect();
+    let mut replayed: Vec<observe::Backfill<'_>> = fresh
+        .iter_mut()
+        .filter(|(_, _, replayed, _)| *replayed)
+        .map(|(name, rules, _, history)| observe::Backfill {
+            name,
+            rules,
+            history,
+        })
+        .collect();
+    observe::backfill(ctx, &mut replayed, workloads, now).await;
+    for (name, _, _, history) in fresh {
+        memory.histories.insert(name.to_string(), history);
+    }
+}
+
 /// One policy's plan at `now`, from what the cycle observed: its idle-span history
 /// (replayed from Prometheus the first time the policy is evaluated,
-/// `--history-backfill`), the span resolution (the time since the previous evaluation),
-/// the actions of the last hour on workloads whose pods are gone, then
-/// [`plan::plan_with`] (pure). What the cycle warns and acts on, and what
-/// `gpu-reaper explain` shows: there is no second copy of this step.
+/// `--history-backfill`: [`start_histories`], which the cycle runs for every policy first), the
+/// span resolution (the time since the previous evaluation), the actions of the last hour
+/// on workloads whose pods are gone, then [`plan::plan_with`] (pure). What the cycle warns
+/// and acts on, and what `gpu-reaper explain` shows: there is no second copy of this step.
 #[allow(clippy::too_many_arguments)]
 pub async fn judge(
     ctx: &Context,
     memory: &mut Memory,
     seen: &Observed,
     all: &[&GpuPolicy],
-    backfill_read: &mut HistoryRead,
     policy: &GpuPolicy,
     rules: &Rules,
     grouped: &HashMap<(&str, &str), Vec<&GpuObservation>>,
     now: Timestamp,
 ) -> PolicyPlan {
     let name = policy.metadata.name.clone().unwrap_or_default();
-    // Idle spans are remembered per policy; a change of its estimate's settings starts
-    // them over. A policy evaluated for the first time here (start-up, new leader, new
-    // policy) replays recent history first.
-    if memory
-        .histories
-        .get(&name)
-        .is_none_or(|h| h.params() != rules.risk)
-    {
-        let mut fresh = Histories::new(rules.risk);
-        observe::backfill(
-            ctx,
-            policy,
-            rules,
-            &seen.workloads,
-            &mut fresh,
-            backfill_read,
-            now,
-        )
-        .await;
-        memory.histories.insert(name.clone(), fresh);
-    }
-    let history = memory.histories.get_mut(&name).expect("inserted above");
+    start_histories(ctx, memory, &seen.workloads, &[(policy, rules)], now).await;
+    let history = memory.histories.get_mut(&name).expect("started above");
     let resolution = memory
         .last_evaluation
         .map_or(SignedDuration::from_mins(1), |t| now.duration_since(t))

@@ -154,13 +154,11 @@ pub async fn see(ctx: &Context, target: &Target, now: Timestamp) -> Result<Seen>
     let observations = live.observe(&rules);
     let grouped = by_pod(&observations);
     let all: Vec<&GpuPolicy> = seen.policies.iter().collect();
-    let mut backfill_read = None;
     let plan = cycle::judge(
         ctx,
         &mut memory,
         &seen,
         &all,
-        &mut backfill_read,
         &policy,
         &rules,
         &grouped,

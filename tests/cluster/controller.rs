@@ -321,9 +321,10 @@ async fn audit_with_a_kubeconfig_attributes_gpu_hours_to_the_workloads_the_api_s
 
 /// A request-driven inference server: `ml/serve` (Deployment, 3 replicas of 1 GPU) busy
 /// 10 minutes and idle 3, for 26 hours, then idle. Each `controller --once` is a fresh
-/// process: what it knows of the server's rhythm it learns by backfilling the last 24
-/// hours from Prometheus, so the policy's `action.inference` scales it down to one
-/// replica — warned first, saying so — instead of to zero.
+/// process: what it knows of the server's rhythm it learns by backfilling the last 7 days
+/// (`--history-backfill`'s default; Prometheus holds the 29 hours there are, the older
+/// pieces are empty) from Prometheus, so the policy's `action.inference` scales it down to
+/// one replica — warned first, saying so — instead of to zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_controller_backfills_the_rhythm_and_scales_request_driven_inference_to_its_minimum()
  {
@@ -1029,7 +1030,7 @@ async fn explain_tells_what_the_controller_will_do_and_when_and_it_does_it_then(
     assert_eq!(chat["workload"]["apiVersion"], "apps/v1");
     assert_eq!(chat["gpus"].as_array().unwrap().len(), 1, "{chat:#}");
     assert_eq!(chat["gpus"][0]["model"], H100);
-    assert_eq!(chat["sources"]["historyBackfill"], "24h");
+    assert_eq!(chat["sources"]["historyBackfill"], "168h");
     let warn_at = d["nextStepAt"].as_str().unwrap().to_string();
     assert!(warn_at > s.at(85) && warn_at < s.at(120), "{warn_at}");
     // The other order of the target reads the same.

@@ -961,3 +961,110 @@ fn incremental_reads_see_exactly_the_recorded_samples_and_a_selector_narrows_the
     );
     assert_eq!(narrowed.observe(&rules), only);
 }
+
+/// The controller's start-up backfill reads its range from the real Prometheus one piece
+/// (one `--prometheus-chunk`) at a time and feeds each piece before reading the next;
+/// the idle-span history it builds is the one the recorded file gives fed at once —
+/// samples exactly on a piece's boundary, the exporter gap and the empty pieces before
+/// the trace included.
+#[test]
+fn the_backfill_read_in_pieces_builds_the_history_the_recorded_file_builds() {
+    use gpu_reaper::cluster::inventory::{pod_info, resolve};
+    use gpu_reaper::controller::backfill::{FAMILIES, Stream, feed, pieces};
+    use gpu_reaper::engine::{Histories, Rules};
+    use gpu_reaper::gpus::GpuResources;
+    use gpu_reaper::telemetry::prometheus::{PrometheusConfig, PrometheusSource};
+    use gpu_reaper::telemetry::trace::{ReadOptions, read_trace};
+    use jiff::{SignedDuration, Timestamp};
+
+    let text = sample_trace_text();
+    let prom = prometheus_with("pieces", &text);
+    let options = ReadOptions {
+        skip_unknown_metrics: true,
+        ..ReadOptions::default()
+    };
+    let file = read_trace(&text[..], "sample", &options).unwrap();
+    let now: Timestamp = "2026-11-02T08:00:30Z".parse().unwrap();
+    let mut pods: Vec<(&str, &str)> = file
+        .gpus
+        .iter()
+        .map(|g| (g.gpu.namespace.as_str(), g.gpu.pod.as_str()))
+        .filter(|(_, pod)| !pod.is_empty())
+        .collect();
+    pods.dedup();
+    let workloads = resolve(
+        pods.iter()
+            .map(|(ns, name)| {
+                let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-11-01T00:00:00Z"},
+                    "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                    "status": {"phase": "Running"}});
+                pod_info(&pod, &GpuResources::default(), now).unwrap()
+            })
+            .collect(),
+        &std::collections::HashMap::new(),
+    );
+    let policy = gpu_reaper::api::validate::parse_resource::<gpu_reaper::api::GpuPolicy>(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/samples/inference-risk.yaml"
+        ))
+        .unwrap(),
+        "inference-risk.yaml",
+    )
+    .unwrap();
+    let rules = Rules::from_spec(&policy.spec);
+    let described = |h: &Histories<_>| {
+        let mut out = vec![format!("{} spans", h.spans())];
+        for w in &workloads {
+            let i = h.get(&w.root.key());
+            out.push(format!(
+                "{}: {:?} open since {:?}",
+                w.root.key(),
+                i.map(|i| i.finished().collect::<Vec<_>>()),
+                i.and_then(|i| i.open_since())
+            ));
+        }
+        out
+    };
+    let mut whole = Histories::new(rules.risk);
+    feed(&mut whole, &file, &workloads, &rules, now);
+    assert!(whole.spans() >= 10, "{:#?}", described(&whole));
+
+    let chunk = std::time::Duration::from_secs(30 * 60);
+    let source = PrometheusSource::new(PrometheusConfig {
+        url: prom.url.clone(),
+        chunk,
+        ..PrometheusConfig::default()
+    })
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut pieced = Histories::new(rules.risk);
+    let mut stream = Stream::new(&workloads);
+    let mut empty = 0;
+    let range = pieces(
+        now - SignedDuration::from_hours(24),
+        now,
+        SignedDuration::try_from(chunk).unwrap(),
+    );
+    for &(from, until) in &range {
+        let piece = runtime
+            .block_on(source.fetch_families(
+                from.as_second(),
+                until.as_second(),
+                &FAMILIES,
+                &options,
+            ))
+            .unwrap();
+        match piece {
+            Some(trace) => stream.piece(&trace, from, until).feed(&mut pieced, &rules),
+            None => empty += 1,
+        }
+    }
+    assert_eq!(range.len(), 49);
+    assert_eq!(empty, 32, "the 16 hours before the trace");
+    assert_eq!(described(&pieced), described(&whole));
+}

@@ -1184,7 +1184,7 @@ fn an_install_that_backfills_its_week_has_a_calendar_from_the_first_day() {
     };
     let (week, day) = std::thread::scope(|scope| {
         let week = scope.spawn(|| run(SignedDuration::from_hours(168)));
-        let day = run(gpu_reaper::backtest::CONTROLLER_BACKFILL);
+        let day = run(SignedDuration::from_hours(24));
         (week.join().unwrap(), day)
     });
     let installed =

@@ -18,7 +18,7 @@ impl PrometheusSource {
             ..options.clone()
         });
         let queries = self
-            .read_samples_after(after, to, families, selector, &mut |s| builder.add(s))
+            .read_samples_after(after, to, 0, families, selector, &mut |s| builder.add(s))
             .await?;
         Ok((builder, queries))
     }
@@ -27,10 +27,14 @@ impl PrometheusSource {
     /// `to`] to `on_sample`, family by family, each family chunk by chunk in time order
     /// (so each series' samples in increasing time), and returns the number of queries
     /// sent. An error from `on_sample` stops the read and is reported with the query.
+    /// Each query covers `--prometheus-chunk`, the first `lead` seconds more (a read that
+    /// starts a second early to include a sample exactly at its start is then one query
+    /// per chunk, not one more for its last second).
     pub(super) async fn read_samples_after(
         &self,
         after: i64,
         to: i64,
+        lead: i64,
         families: &[&str],
         selector: &str,
         on_sample: &mut dyn FnMut(&RawSample<'_>) -> Result<(), String>,
@@ -39,9 +43,11 @@ impl PrometheusSource {
         let mut queries = 0;
         for family in families {
             let mut end = after;
+            let mut lead = lead.max(0);
             while end < to {
                 let start = end;
-                end = (start + chunk).min(to);
+                end = (start + lead + chunk).min(to);
+                lead = 0;
                 let query = format!("{family}{selector}[{}s]", end - start);
                 // Streamed when the answer is what Prometheus writes; anything else is
                 // read the generic way, whose errors are the ones reported.

@@ -311,7 +311,7 @@ impl PrometheusSource {
         let mut coverage = Coverage::new(workload_labels.clone());
         // A range selector covers (end - range, end]: start one second early so a
         // sample exactly at `from` is included.
-        self.read_samples_after(from - 1, to, KNOWN_METRICS, "", &mut |s| {
+        self.read_samples_after(from - 1, to, 0, KNOWN_METRICS, "", &mut |s| {
             coverage.observe(s);
             on_sample(s)
         })
@@ -344,20 +344,31 @@ impl PrometheusSource {
     }
 
     /// As [`Self::fetch_trace`], for some of the families only (e.g. the activity the
-    /// controller's start-up backfill needs), without their [`Coverage`].
+    /// controller's start-up backfill needs), without their [`Coverage`]: one query per
+    /// family and `--prometheus-chunk` of the range. `None` when the range holds no
+    /// sample of them (a piece of history from before the exporter ran is no error).
     pub async fn fetch_families(
         &self,
         from: i64,
         to: i64,
         families: &[&str],
         options: &ReadOptions,
-    ) -> Result<Trace, PrometheusError> {
+    ) -> Result<Option<Trace>, PrometheusError> {
         // A range selector covers (end - range, end]: start one second early so a
-        // sample exactly at `from` is included.
-        let (builder, _) = self.read_after(from - 1, to, families, "", options).await?;
-        builder
-            .finish(&self.config.url)
-            .map_err(|e| self.no_samples(from, to, families, &e.message))
+        // sample exactly at `from` is included, within the first query.
+        let mut builder = TraceBuilder::new(&ReadOptions {
+            skip_unknown_metrics: true,
+            ..options.clone()
+        });
+        self.read_samples_after(from - 1, to, 1, families, "", &mut |s| builder.add(s))
+            .await?;
+        // `finish` refuses only a trace without samples.
+        Ok(builder.finish(&self.config.url).ok())
+    }
+
+    /// The length of one range query (`--prometheus-chunk`).
+    pub fn chunk(&self) -> std::time::Duration {
+        self.config.chunk
     }
 }
 
