@@ -1161,7 +1161,7 @@ fn on_23_days_of_production_traffic_max_idle_is_a_deadline_met_before_the_mornin
 
 /// `backtest --history-backfill` is the controller's flag: an install on day 12 of the
 /// 23-day file that reads its week back has a calendar (3 days seen) from its first
-/// evening; one that reads the default 24h has none for its first three days, so none of
+/// evening; one that reads 24h (the default before stop 42) has none for its first three days, so none of
 /// its actions there comes from the calendar source.
 #[test]
 fn an_install_that_backfills_its_week_has_a_calendar_from_the_first_day() {
