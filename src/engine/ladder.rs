@@ -11,7 +11,7 @@ use super::model::{
     Classification, Decision, GpuObservation, IdleShape, LadderState, PodState, Step, Verdict,
     WorkloadMeta,
 };
-use super::risk::Estimate;
+use super::risk::{Basis, CalendarClass, Estimate};
 use super::rules::Rules;
 use crate::api::policy::ActionType;
 
@@ -78,10 +78,12 @@ pub struct Deadline {
 
 impl Deadline {
     /// Regrets expected from waiting for the ceiling: it acts there only if the span
-    /// lasts, and then regrets as its estimate says (the same measure as the gate's, the
-    /// cautious prior included).
+    /// lasts, and then regrets with the share of its cases that resumed. Without the
+    /// cautious prior: the prior overstates a risk, which is cautious for the action now
+    /// but here would make waiting look worse than it is (and the chance of lasting,
+    /// from the risks with the prior, is understated for the same reason).
     pub fn expected(&self) -> f64 {
-        self.reach * self.then.risk()
+        self.reach * self.then.share()
     }
 }
 
@@ -103,6 +105,12 @@ fn forecast(
     let (max, max_idle) = (rules.max_resume_risk?, rules.max_idle?);
     let idle_for = now.duration_since(since);
     if now_risk.risk() <= max || idle_for >= max_idle {
+        return None;
+    }
+    // Acting early is for the quiet hours before the busy ones: only in a window the
+    // workload's own past days call quiet or rarely busy (the calendar source), never in
+    // one they call often busy, nor without a calendar (the span pools know no hour).
+    if !matches!(now_risk.basis, Basis::Calendar(days, _) if days.class != CalendarClass::Busy) {
         return None;
     }
     let horizon = rules.risk.horizon.max(SignedDuration::from_mins(1));
@@ -184,13 +192,14 @@ fn gate(
         Some(e) if deadline.is_some_and(|d| e.risk() <= d.expected()) => {
             let d = deadline.expect("checked");
             Gate::Open(format!(
-                "; {}: above idle.maxResumeRisk ({:.0} %), but the action is due at idle.maxIdle ({}, at {}) and waiting for it is expected to regret more: idle that long with {:.0} %, and then a risk of {:.0} % ({:.0} % in all)",
+                "; {}: above idle.maxResumeRisk ({:.0} %), but the action is due at idle.maxIdle ({}, at {}) and waiting for it is expected to regret more: idle that long with {:.0} %, and then {:.0} % of the comparable cases resumed within {} ({:.0} % in all)",
                 e.sentence(),
                 max * 100.0,
                 rules.max_idle.map(human).unwrap_or_default(),
                 d.at,
                 d.reach * 100.0,
-                d.then.risk() * 100.0,
+                d.then.share() * 100.0,
+                human(d.then.horizon),
                 d.expected() * 100.0,
             ))
         }

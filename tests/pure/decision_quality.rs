@@ -9,6 +9,7 @@ use gpu_reaper::api::policy::{GpuPolicySpec, PolicyMode};
 use gpu_reaper::engine::model::{
     Decision, GpuObservation, IdleShape, LadderState, PodPhase, PodState, Step, WorkloadMeta,
 };
+use gpu_reaper::engine::risk::{CalendarClass, CalendarDays};
 use gpu_reaper::engine::{Basis, Estimate, Rules, evaluate, evaluate_with};
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
@@ -66,15 +67,36 @@ fn gpu(busy: i64) -> GpuObservation {
 }
 
 fn estimate(resumed: u32, longer: u32, idle_for: SignedDuration) -> Estimate {
+    estimate_from(Basis::Own, resumed, longer, idle_for)
+}
+
+fn estimate_from(basis: Basis, resumed: u32, longer: u32, idle_for: SignedDuration) -> Estimate {
     Estimate {
         idle_for,
         horizon: SignedDuration::from_hours(2),
         resumed,
         longer,
         product_limit: f64::from(resumed) / f64::from(longer.max(1)),
-        basis: Basis::Own,
+        basis,
         blend: None,
     }
+}
+
+/// The calendar source's basis: busy on `busy` of the last 7 days at this hour.
+fn calendar(busy: u8) -> Basis {
+    let class = match busy {
+        0 => CalendarClass::Quiet,
+        1 | 2 => CalendarClass::Low,
+        _ => CalendarClass::Busy,
+    };
+    Basis::Calendar(
+        CalendarDays {
+            class,
+            busy,
+            seen: 7,
+        },
+        2,
+    )
 }
 
 fn decide_at(
@@ -83,7 +105,7 @@ fn decide_at(
     now: i64,
     counts: Option<(u32, u32)>,
 ) -> Decision {
-    decide_over_time(spec, ladder, now, |_| counts)
+    decide_over_time(spec, ladder, now, |_| counts.map(|c| (Basis::Own, c)))
 }
 
 #[test]
@@ -234,14 +256,14 @@ fn max_idle_is_when_the_action_is_due_and_the_warning_comes_a_notice_before() {
     );
 }
 
-/// [`decide_at`] with an estimate that depends on the instant asked about: `cases(at,
-/// idle)` (minutes) gives (resumed, longer), or None for no estimate. The workload was
+/// [`decide_at`] with an estimate that depends on the instant asked about: `cases(at)`
+/// (minutes) gives its basis and (resumed, longer), or None for no estimate. The workload was
 /// last busy at minute 0, so every forecast is asked for `at == idle`.
 fn decide_over_time(
     spec: &GpuPolicySpec,
     ladder: &LadderState,
     now: i64,
-    cases: impl Fn(i64) -> Option<(u32, u32)>,
+    cases: impl Fn(i64) -> Option<(Basis, (u32, u32))>,
 ) -> Decision {
     let rules = Rules::from_spec(spec);
     evaluate_with(
@@ -259,7 +281,7 @@ fn decide_over_time(
                 minute >= now,
                 "asked about minute {minute}, before now ({now})"
             );
-            cases(minute).map(|(r, l)| estimate(r, l, idle_for))
+            cases(minute).map(|(basis, (r, l))| estimate_from(basis, r, l, idle_for))
         },
     )
 }
@@ -272,15 +294,15 @@ fn max_idle_is_a_deadline_acting_before_it_when_waiting_would_regret_more() {
     // acts then, at 75 %, on a span that lasts that long with 85 %.
     let spec = risk_spec(0.05, Some("8h"), PolicyMode::Enforce);
     let morning = |m: i64| match m {
-        120 | 150 => Some((1, 40)),
-        480 => Some((150, 200)),
-        _ => Some((0, 200)),
+        120 | 150 => Some((calendar(1), (1, 40))),
+        480 => Some((calendar(6), (150, 200))),
+        _ => Some((calendar(0), (0, 200))),
     };
     let d = decide_over_time(&spec, &LadderState::default(), 120, morning);
     assert_eq!(d.step, Step::Warn, "{}", d.reason);
     assert!(
         d.reason.contains("above idle.maxResumeRisk (5 %), but the action is due at idle.maxIdle (8h")
-            && d.reason.contains("waiting for it is expected to regret more: idle that long with 85 %, and then a risk of 75 % (64 % in all)"),
+            && d.reason.contains("waiting for it is expected to regret more: idle that long with 85 %, and then 75 % of the comparable cases resumed within 2h (64 % in all)"),
         "{}",
         d.reason
     );
@@ -290,11 +312,11 @@ fn max_idle_is_a_deadline_acting_before_it_when_waiting_would_regret_more() {
     };
     let d = decide_over_time(&spec, &warned, 150, morning);
     assert!(matches!(d.step, Step::Act(_)), "{}", d.reason);
-    // The same risk now, with a quiet morning too (10 of 200 at 8h: 7 %): waiting is
+    // The same risk now, with a quiet morning too (10 of 200 at 8h: 5 %): waiting is
     // expected to regret less than acting now, so it holds until maxIdle.
     let quiet = |m: i64| {
         if m == 480 {
-            Some((10, 200))
+            Some((calendar(0), (10, 200)))
         } else {
             morning(m)
         }
@@ -308,6 +330,16 @@ fn max_idle_is_a_deadline_acting_before_it_when_waiting_would_regret_more() {
     );
     let d = decide_over_time(&spec, &warned, 150, quiet);
     assert_eq!(d.step, Step::Nothing, "{}", d.reason);
+    // Only in a window its own past days call quiet or rarely busy: not in one they call
+    // often busy, nor from the span pools (which know no hour).
+    for now_basis in [calendar(5), Basis::Own] {
+        let busy_now = |m: i64| match m {
+            120 => Some((now_basis, (1, 40))),
+            _ => morning(m),
+        };
+        let d = decide_over_time(&spec, &LadderState::default(), 120, busy_now);
+        assert_eq!(d.step, Step::Nothing, "{now_basis:?}: {}", d.reason);
+    }
     // Invariant 13: a forecast on the way with no estimate is no permission either.
     let unknown_night = |m: i64| if m == 360 { None } else { morning(m) };
     let d = decide_over_time(&spec, &LadderState::default(), 120, unknown_night);
@@ -319,9 +351,9 @@ fn max_idle_is_a_deadline_acting_before_it_when_waiting_would_regret_more() {
     let far = risk_spec(0.05, Some("72h"), PolicyMode::Enforce);
     // Quiet for three days, the risk at 2h and at 66h 11 %, a busy hour at 72h.
     let far_morning = |m: i64| match m {
-        4320 => Some((150, 200)),
-        120 | 3960 => Some((1, 40)),
-        _ => Some((0, 200)),
+        4320 => Some((calendar(6), (150, 200))),
+        120 | 3960 => Some((calendar(1), (1, 40))),
+        _ => Some((calendar(0), (0, 200))),
     };
     let d = decide_over_time(&far, &LadderState::default(), 120, far_morning);
     assert_eq!(d.step, Step::Nothing, "{}", d.reason);

@@ -66,8 +66,21 @@ impl Estimate {
     /// a blend, `(n·own + w·peers) / (n + w)`) weighed, as many cases as it has (own and
     /// peers'), against the cautious prior ([`PRIOR_RISK`] over [`PRIOR_CASES`] cases).
     pub fn risk(&self) -> f64 {
+        let (data, cases) = self.data();
+        (cases * data + PRIOR_CASES * PRIOR_RISK) / (cases + PRIOR_CASES)
+    }
+
+    /// The share its cases give (0–1), without the cautious prior: what the estimate
+    /// expects where overstating a risk would not be cautious (what waiting for the
+    /// ceiling costs, `ladder::Deadline`).
+    pub fn share(&self) -> f64 {
+        self.data().0
+    }
+
+    /// (the share of its cases, how many cases).
+    fn data(&self) -> (f64, f64) {
         let n = f64::from(self.longer);
-        let (data, cases) = match &self.blend {
+        match &self.blend {
             // The peers weigh PEER_WEIGHT cases in the blend, but all their cases are
             // evidence against the prior.
             Some(b) if b.longer > 0 => {
@@ -78,8 +91,7 @@ impl Estimate {
                 )
             }
             _ => (self.product_limit, n),
-        };
-        (cases * data + PRIOR_CASES * PRIOR_RISK) / (cases + PRIOR_CASES)
+        }
     }
 
     /// "idle 3h10m; this workload's idle spans longer than 3h10m ended within 2h in 2 of
