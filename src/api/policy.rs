@@ -236,9 +236,11 @@ pub struct IdleSpec {
     pub min_idle_spans: u32,
     /// Ceiling: a workload idle this long is acted on whatever its resumption risk; its
     /// warning comes the notice (action.after − warn.after) before (exemptions, snoozes
-    /// and Audit mode still apply), e.g. `8h`. It is also a deadline: before it, a risk
-    /// above maxResumeRisk proceeds when waiting for maxIdle is expected to regret more
-    /// (the chance the span lasts to it times the risk forecast there).
+    /// and Audit mode still apply), e.g. `8h`. It is also a deadline: before it, in a
+    /// window the workload's past days call quiet or rarely busy, a risk above
+    /// maxResumeRisk proceeds when waiting for maxIdle is expected to regret more (the
+    /// chance the span lasts to it times the share of comparable cases that resumed
+    /// there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_idle: Option<Duration>,
 }
