@@ -58,7 +58,7 @@ pub fn evaluate_with(
         }
         _ => (None, None),
     };
-    decide_with(rules, verdict, ladder, hourly, risk, deadline, now)
+    decide(rules, verdict, ladder, hourly, risk, deadline, now)
 }
 
 /// What waiting for the ceiling (`idle.maxIdle`) is expected to cost, from what is known
@@ -215,20 +215,9 @@ fn gate(
     }
 }
 
-/// The next step for a classified workload.
+/// The next step for a classified workload, given its resumption-risk `estimate` and
+/// what waiting for the ceiling is expected to cost (`deadline`, [`Deadline`]).
 pub fn decide(
-    rules: &Rules,
-    verdict: Verdict,
-    ladder: &LadderState,
-    hourly_usd: f64,
-    estimate: Option<Estimate>,
-    now: Timestamp,
-) -> Decision {
-    decide_with(rules, verdict, ladder, hourly_usd, estimate, None, now)
-}
-
-/// [`decide`] with what waiting for the ceiling is expected to cost ([`Deadline`]).
-fn decide_with(
     rules: &Rules,
     verdict: Verdict,
     ladder: &LadderState,
